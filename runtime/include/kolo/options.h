@@ -1,0 +1,68 @@
+// Options: everything a Runtime needs to start. Every field has a default;
+// Runtime::OptionsFromEnvironment() fills them from the KOLO_* variables
+// (docs/configuration.md lists each with its default).
+#ifndef KOLO_OPTIONS_H_
+#define KOLO_OPTIONS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace kolo {
+
+class Store;
+
+enum class LogLevel : int { kTrace, kDebug, kInfo, kWarning, kError, kFatal };
+
+struct Options {
+  // --- Placement (KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_*, KOLO_CROSS_*). ---
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+
+  // --- Rendezvous. ---
+  // If set, ranks rendezvous through this store (tests: one in-memory store
+  // shared by N Runtimes in one process) and the fields below are unused.
+  std::shared_ptr<Store> store;
+  // Otherwise: the TCP store at this address (KOLO_RENDEZVOUS_ADDR/PORT).
+  std::string rendezvous_addr = "127.0.0.1";
+  int rendezvous_port = 29600;
+  // Rank 0 hosts the TCP store itself (workers not started by kolorun).
+  bool host_store = false;
+  // The per-job secret that authenticates every connection on kolo's own
+  // ports (KOLO_SECRET_FILE or KOLO_SECRET). Never logged.
+  std::string secret;
+  // Address that kolo's listeners (control channel, gloo) bind to
+  // (from KOLO_IFACE; loopback by default).
+  std::string bind_addr = "127.0.0.1";
+  // Interface name as given in KOLO_IFACE ("" = loopback). Informational.
+  std::string iface;
+
+  // --- Negotiation and fusion. ---
+  int64_t fusion_threshold_bytes = 64 << 20;      // KOLO_FUSION_THRESHOLD
+  absl::Duration cycle_time = absl::Milliseconds(1);  // KOLO_CYCLE_TIME
+  int cache_capacity = 1024;                      // KOLO_CACHE_CAPACITY
+
+  // --- Timeouts. ---
+  absl::Duration op_timeout = absl::Seconds(600);    // KOLO_OP_TIMEOUT
+  absl::Duration start_timeout = absl::Seconds(60);  // KOLO_START_TIMEOUT
+  absl::Duration stall_check_time = absl::Seconds(60);   // KOLO_STALL_CHECK_TIME
+  absl::Duration stall_shutdown_time = absl::ZeroDuration();  // 0 = never
+
+  // --- Diagnostics. ---
+  std::string timeline_path;             // KOLO_TIMELINE ("" = off)
+  LogLevel log_level = LogLevel::kWarning;  // KOLO_LOG_LEVEL
+
+  // --- Data paths. ---
+  bool shm = true;                    // KOLO_SHM
+  bool hierarchical_allreduce = false;  // KOLO_HIERARCHICAL_ALLREDUCE
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_OPTIONS_H_

@@ -1,0 +1,74 @@
+// Work: the completion handle of one asynchronous collective.
+//
+// A Work is a cheap, copyable reference to shared completion state. It is
+// completed exactly once, by the runtime's background thread (or by the
+// thread that observes a failure), with an absl::Status. Any thread may
+// query or wait on it.
+#ifndef KOLO_WORK_H_
+#define KOLO_WORK_H_
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace kolo {
+
+namespace internal {
+class WorkState;
+}  // namespace internal
+
+class Work {
+ public:
+  Work() = default;  // An already-failed handle (FailedPrecondition).
+
+  // Non-blocking.
+  bool IsCompleted() const;
+
+  // Blocks until the collective completes or `timeout` passes. Returns the
+  // collective's status, or DeadlineExceeded if `timeout` passed first (the
+  // collective itself is not cancelled and may still complete later).
+  absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
+
+  // The final status; Unknown("pending") while not completed.
+  absl::Status status() const;
+
+  // Allgather: the first dimension contributed by each rank, in rank order,
+  // once completed. Empty for other collectives.
+  std::vector<int64_t> received_splits() const;
+
+  explicit Work(std::shared_ptr<internal::WorkState> state)
+      : state_(std::move(state)) {}
+  const std::shared_ptr<internal::WorkState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<internal::WorkState> state_;
+};
+
+namespace internal {
+
+// Shared completion state. Completed once; later Complete() calls are ignored.
+class WorkState {
+ public:
+  // Returns false if already completed.
+  bool Complete(absl::Status status, std::vector<int64_t> splits = {});
+  bool IsCompleted() const;
+  absl::Status Wait(absl::Duration timeout) const;
+  absl::Status status() const;
+  std::vector<int64_t> splits() const;
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;                   // guarded by mu_
+  absl::Status status_;                 // guarded by mu_
+  std::vector<int64_t> splits_;         // guarded by mu_
+};
+
+}  // namespace internal
+}  // namespace kolo
+
+#endif  // KOLO_WORK_H_

@@ -1,0 +1,81 @@
+// Thin RAII wrappers over TCP sockets with deadlines on every blocking call.
+//
+// Thread safety: a Socket may be used by one reader and one writer thread at
+// once; ShutdownBoth() may be called from any thread to unblock both.
+#ifndef KOLO_RUNTIME_NET_SOCKET_H_
+#define KOLO_RUNTIME_NET_SOCKET_H_
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace kolo {
+namespace net {
+
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  ~Socket();
+  Socket(Socket&& other) noexcept;
+  Socket& operator=(Socket&& other) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+
+  // Connects to host:port (numeric address or name), retrying refused
+  // connections until `deadline` (the peer may not listen yet).
+  // DeadlineExceeded / Unavailable name host:port.
+  static absl::StatusOr<Socket> Connect(const std::string& host, int port,
+                                        absl::Time deadline);
+
+  // Sends/receives exactly `len` bytes. Unavailable("connection closed") on
+  // EOF, DeadlineExceeded when the deadline passes.
+  absl::Status SendAll(const void* data, size_t len, absl::Time deadline);
+  absl::Status RecvAll(void* data, size_t len, absl::Time deadline);
+
+  // Unblocks any thread blocked in SendAll/RecvAll on this socket.
+  void ShutdownBoth();
+  void Close();
+  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  // "127.0.0.1:41234" of the remote end ("" if unknown).
+  std::string PeerAddress() const;
+
+ private:
+  int fd_ = -1;
+};
+
+class Listener {
+ public:
+  Listener() = default;
+  ~Listener();
+  Listener(Listener&& other) noexcept;
+  Listener& operator=(Listener&& other) noexcept;
+
+  // Binds to `addr` (numeric IPv4/IPv6; never a wildcard unless asked with
+  // "0.0.0.0") and `port` (0 = ephemeral) and listens.
+  static absl::StatusOr<Listener> Bind(const std::string& addr, int port);
+
+  // Waits for a connection until `deadline` (InfiniteFuture = forever).
+  // Cancelled once Close() was called.
+  absl::StatusOr<Socket> Accept(absl::Time deadline);
+
+  // Unblocks Accept and closes the socket. Thread-safe.
+  void Close();
+  int port() const { return port_; }
+  const std::string& addr() const { return addr_; }
+
+ private:
+  int fd_ = -1;
+  int wake_pipe_[2] = {-1, -1};  // Close() writes here to unblock Accept.
+  int port_ = 0;
+  std::string addr_;
+};
+
+}  // namespace net
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_NET_SOCKET_H_
