@@ -75,7 +75,7 @@ class Runtime {
   // naming the variable for a bad value.
   static absl::StatusOr<Options> OptionsFromEnvironment();
 
-  ~Runtime();  // Shutdown with a short timeout if still running, else Abort.
+  ~Runtime();  // Abort() unless Shutdown() was called.
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
@@ -99,8 +99,10 @@ class Runtime {
   void Abort();
 
  private:
-  explicit Runtime(std::unique_ptr<RuntimeImpl> impl);
-  std::unique_ptr<RuntimeImpl> impl_;
+  explicit Runtime(std::shared_ptr<RuntimeImpl> impl);
+  // Shared with the background thread, which may outlive Abort() while it
+  // is stuck inside a collective.
+  std::shared_ptr<RuntimeImpl> impl_;
 };
 
 }  // namespace kolo

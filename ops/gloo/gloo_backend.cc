@@ -1,0 +1,185 @@
+#include "ops/gloo/gloo_backend.h"
+
+#include <cstring>
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "gloo/allgatherv.h"
+#include "gloo/allreduce.h"
+#include "gloo/broadcast.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "ops/cpu/reduce.h"
+
+namespace kolo {
+namespace gloo_backend {
+namespace {
+
+// gloo's rendezvous Store on top of ours. gloo reports errors by throwing.
+class StoreAdapter : public ::gloo::rendezvous::Store {
+ public:
+  StoreAdapter(std::shared_ptr<kolo::Store> store, absl::Duration timeout)
+      : store_(std::move(store)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    absl::Status s = store_->Set(key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    auto value = store_->Get(key, timeout_);
+    if (!value.ok()) throw std::runtime_error(std::string(value.status().message()));
+    return std::vector<char>(value->begin(), value->end());
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, absl::ToChronoMilliseconds(timeout_));
+  }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    absl::Status s = store_->Wait(keys, absl::FromChrono(timeout));
+    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
+  }
+
+ private:
+  std::shared_ptr<kolo::Store> store_;
+  absl::Duration timeout_;
+};
+
+absl::Status GlooError(const char* what, const std::exception& e) {
+  // gloo reports a dead or hung peer as an I/O error or a timeout.
+  return absl::UnavailableError(absl::StrCat(
+      "gloo ", what, " failed: ", e.what(),
+      " (a peer may have died, or the op timed out; see earlier errors)"));
+}
+
+template <typename T>
+void SetAllreduceBuffers(::gloo::AllreduceOptions& opts, void* data,
+                         size_t count) {
+  opts.setOutput(static_cast<T*>(data), count);
+}
+
+class GlooBackend : public Backend {
+ public:
+  explicit GlooBackend(const BackendContext& c) : rank_(c.rank), size_(c.size) {}
+
+  absl::Status Connect(const BackendContext& c) {
+    if (size_ == 1) return absl::OkStatus();
+    try {
+      ::gloo::transport::tcp::attr attr;
+      attr.hostname = c.bind_addr;
+      device_ = ::gloo::transport::tcp::CreateDevice(attr);
+      auto context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_);
+      context->setTimeout(absl::ToChronoMilliseconds(c.start_timeout));
+      StoreAdapter store(c.store, c.start_timeout);
+      context->connectFullMesh(store, device_);
+      context->setTimeout(absl::ToChronoMilliseconds(c.op_timeout));
+      context_ = std::move(context);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("gloo could not connect rank ", rank_, " to its ",
+                       size_ - 1, " peers: ", e.what()));
+    }
+    return absl::OkStatus();
+  }
+
+  const char* name() const override { return "gloo"; }
+
+  absl::Status Allreduce(void* data, size_t count, DataType dtype,
+                         ReduceOp op) override {
+    if (size_ == 1 || count == 0) return absl::OkStatus();
+    try {
+      ::gloo::AllreduceOptions opts(context_);
+      opts.setTimeout(context_->getTimeout());
+      switch (DataTypeSize(dtype)) {
+        case 1: SetAllreduceBuffers<uint8_t>(opts, data, count); break;
+        case 2: SetAllreduceBuffers<uint16_t>(opts, data, count); break;
+        case 4: SetAllreduceBuffers<uint32_t>(opts, data, count); break;
+        default: SetAllreduceBuffers<uint64_t>(opts, data, count); break;
+      }
+      opts.setReduceFunction(
+          [dtype, op](void* out, const void* a, const void* b, size_t n) {
+            cpu::Reduce(op, dtype, out, a, b, n);
+          });
+      ::gloo::allreduce(opts);
+    } catch (const std::exception& e) {
+      return GlooError("allreduce", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(void* data, size_t bytes, int root) override {
+    if (size_ == 1 || bytes == 0) return absl::OkStatus();
+    try {
+      ::gloo::BroadcastOptions opts(context_);
+      opts.setTimeout(context_->getTimeout());
+      opts.setRoot(root);
+      if (rank_ == root) opts.setInput(static_cast<uint8_t*>(data), bytes);
+      opts.setOutput(static_cast<uint8_t*>(data), bytes);
+      ::gloo::broadcast(opts);
+    } catch (const std::exception& e) {
+      return GlooError("broadcast", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Allgatherv(const void* input, void* output,
+                          const std::vector<size_t>& bytes_per_rank) override {
+    if (size_ == 1) {
+      if (bytes_per_rank[0] && input != output) {
+        std::memmove(output, input, bytes_per_rank[0]);
+      }
+      return absl::OkStatus();
+    }
+    size_t total = 0;
+    for (size_t b : bytes_per_rank) total += b;
+    if (total == 0) return absl::OkStatus();
+    try {
+      ::gloo::AllgathervOptions opts(context_);
+      opts.setTimeout(context_->getTimeout());
+      // gloo wants a non-null input even for zero bytes.
+      uint8_t dummy = 0;
+      const void* in = bytes_per_rank[rank_] ? input : &dummy;
+      opts.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)),
+                    bytes_per_rank[rank_]);
+      opts.setOutput(static_cast<uint8_t*>(output), bytes_per_rank);
+      ::gloo::allgatherv(opts);
+    } catch (const std::exception& e) {
+      return GlooError("allgather", e);
+    }
+    return absl::OkStatus();
+  }
+
+  void Scale(void* data, size_t count, DataType dtype, double factor) override {
+    cpu::Scale(dtype, data, count, factor);
+  }
+
+  void Close() override {
+    // gloo has no abort; closing the pairs makes a blocked peer's I/O fail.
+    // Not done here yet: gloo's closeConnections is not safe against a
+    // collective running in another thread.
+  }
+
+ private:
+  const int rank_;
+  const int size_;
+  std::shared_ptr<::gloo::transport::Device> device_;
+  std::shared_ptr<::gloo::Context> context_;
+};
+
+const BackendRegistrar kRegistrar(DeviceType::kCpu, "gloo",
+                                  [](const BackendContext& c) {
+                                    return CreateGlooBackend(c);
+                                  });
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
+    const BackendContext& context) {
+  auto backend = std::make_unique<GlooBackend>(context);
+  absl::Status s = backend->Connect(context);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+}  // namespace gloo_backend
+}  // namespace kolo

@@ -1,0 +1,93 @@
+// Backend: the narrow interface between the runtime and a data plane (gloo,
+// shm, NCCL). The runtime knows backends only through this header and the
+// registry; a backend library registers itself at static-initialisation time
+// (its Bazel target is `alwayslink`), so a backend that is not built is
+// simply not registered.
+//
+// Threads: a Backend is created and used by the background thread of one
+// process set only; collectives are issued in the same order on every rank.
+#ifndef KOLO_RUNTIME_BACKEND_H_
+#define KOLO_RUNTIME_BACKEND_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kolo/store.h"
+#include "kolo/types.h"
+
+namespace kolo {
+
+struct BackendContext {
+  int rank = 0;
+  int size = 1;
+  // Rendezvous for the backend's own connections (already prefixed).
+  std::shared_ptr<Store> store;
+  // Address that the backend's listeners bind to.
+  std::string bind_addr = "127.0.0.1";
+  // Bound on connection setup.
+  absl::Duration start_timeout = absl::Seconds(60);
+  // Bound on each collective.
+  absl::Duration op_timeout = absl::Seconds(600);
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // In place over `count` elements. `op` is never kAverage (the runtime
+  // sums and scales). Every rank receives bitwise-identical results.
+  virtual absl::Status Allreduce(void* data, size_t count, DataType dtype,
+                                 ReduceOp op) = 0;
+  // `bytes` from `root` into `data` on every rank.
+  virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
+  // Concatenates each rank's `input` (bytes_per_rank[rank] bytes) into
+  // `output` in rank order.
+  virtual absl::Status Allgatherv(const void* input, void* output,
+                                  const std::vector<size_t>& bytes_per_rank) = 0;
+  // data[i] *= factor on the backend's device (floating point dtypes).
+  virtual void Scale(void* data, size_t count, DataType dtype,
+                     double factor) = 0;
+  // Unblocks collectives in other threads as far as the backend can (closes
+  // its connections); later collectives fail. Thread-safe.
+  virtual void Close() {}
+};
+
+using BackendFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendContext&)>;
+
+// Written only during static initialisation (by backends' registrars), read
+// afterwards: not mutable state at run time.
+class BackendRegistry {
+ public:
+  static BackendRegistry& Get();
+  void Register(DeviceType device, std::string name, BackendFactory factory);
+  // The backend registered for `device`; NotFound names the device.
+  absl::StatusOr<std::unique_ptr<Backend>> Create(
+      DeviceType device, const BackendContext& context) const;
+  bool Has(DeviceType device) const;
+
+ private:
+  struct Entry {
+    DeviceType device;
+    std::string name;
+    BackendFactory factory;
+  };
+  std::vector<Entry> entries_;
+};
+
+// Put one at namespace scope in a backend's .cc file.
+struct BackendRegistrar {
+  BackendRegistrar(DeviceType device, std::string name, BackendFactory factory) {
+    BackendRegistry::Get().Register(device, std::move(name), std::move(factory));
+  }
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_BACKEND_H_

@@ -1,0 +1,281 @@
+#include "runtime/control/control_plane.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace kolo {
+namespace {
+
+constexpr char kAddressKey[] = "control/address";
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(3);
+// Request and response lists are small; a cap keeps a hostile or broken
+// peer from making us allocate much.
+constexpr size_t kMaxControlFrame = 64u << 20;
+
+std::string Serialize(const wire::ControlMessage& m) {
+  std::string bytes;
+  m.SerializeToString(&bytes);
+  return bytes;
+}
+
+}  // namespace
+
+ControlPlane::ControlPlane(int rank, int size, ControlCallbacks callbacks)
+    : rank_(rank), size_(size), callbacks_(std::move(callbacks)) {
+  channels_.resize(rank == 0 ? size : 1);
+  leaving_.resize(size, false);
+}
+
+ControlPlane::~ControlPlane() { Close(); }
+
+absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
+    int rank, int size, std::shared_ptr<Store> store, const std::string& secret,
+    const std::string& bind_addr, absl::Time deadline,
+    ControlCallbacks callbacks) {
+  std::unique_ptr<ControlPlane> plane(
+      new ControlPlane(rank, size, std::move(callbacks)));
+  absl::Status s = rank == 0
+                       ? plane->StartCoordinator(store, secret, bind_addr, deadline)
+                       : plane->StartRank(store, secret, deadline);
+  if (!s.ok()) {
+    plane->Close();
+    return s;
+  }
+  return plane;
+}
+
+absl::Status ControlPlane::StartCoordinator(std::shared_ptr<Store> store,
+                                            const std::string& secret,
+                                            const std::string& bind_addr,
+                                            absl::Time deadline) {
+  auto listener = net::Listener::Bind(bind_addr, 0);
+  if (!listener.ok()) return listener.status();
+  listener_ = std::make_unique<net::Listener>(std::move(*listener));
+  accept_thread_ = std::thread(&ControlPlane::AcceptLoop, this, secret);
+  absl::Status s = store->Set(
+      kAddressKey, absl::StrCat(listener_->addr(), ":", listener_->port()));
+  if (!s.ok()) return s;
+
+  std::unique_lock<std::mutex> lock(mu_);
+  while (joined_ < size_ - 1) {
+    if (joined_cv_.wait_for(lock, absl::ToChronoNanoseconds(
+                                      deadline - absl::Now())) ==
+            std::cv_status::timeout &&
+        absl::Now() >= deadline && joined_ < size_ - 1) {
+      std::vector<int> missing;
+      for (int r = 1; r < size_; ++r) {
+        if (!channels_[r]) missing.push_back(r);
+      }
+      return absl::DeadlineExceededError(absl::StrCat(
+          "rendezvous: rank", missing.size() > 1 ? "s " : " ",
+          absl::StrJoin(missing, ", "),
+          " did not connect to the coordinator (rank 0) within the start "
+          "timeout (KOLO_START_TIMEOUT); check that every rank was started "
+          "and that the job secret matches"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlPlane::StartRank(std::shared_ptr<Store> store,
+                                     const std::string& secret,
+                                     absl::Time deadline) {
+  auto address = store->Get(kAddressKey, deadline - absl::Now());
+  if (!address.ok()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank_,
+        ": the coordinator (rank 0) did not publish its address within the "
+        "start timeout: ",
+        address.status().message()));
+  }
+  std::pair<std::string, std::string> host_port =
+      absl::StrSplit(*address, absl::MaxSplits(':', 1));
+  int port = 0;
+  if (!absl::SimpleAtoi(host_port.second, &port)) {
+    return absl::InternalError("bad coordinator address in the store");
+  }
+  auto socket = net::Socket::Connect(host_port.first, port, deadline);
+  if (!socket.ok()) return socket.status();
+  auto channel = net::SecureChannel::Client(std::move(*socket), secret,
+                                            deadline, kMaxControlFrame);
+  if (!channel.ok()) return channel.status();
+  std::shared_ptr<net::SecureChannel> shared(std::move(*channel));
+  wire::ControlMessage hello;
+  hello.mutable_hello()->set_rank(rank_);
+  hello.mutable_hello()->set_size(size_);
+  absl::Status s = shared->Send(Serialize(hello), deadline);
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  channels_[0] = shared;
+  threads_.emplace_back(&ControlPlane::ReadLoop, this, 0, shared.get());
+  return absl::OkStatus();
+}
+
+void ControlPlane::AcceptLoop(std::string secret) {
+  while (!closed_) {
+    auto socket = listener_->Accept(absl::InfiniteFuture());
+    if (!socket.ok()) {
+      if (closed_) return;
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    threads_.emplace_back(&ControlPlane::HandleConnection, this,
+                          std::move(*socket), secret);
+  }
+}
+
+void ControlPlane::HandleConnection(net::Socket socket, std::string secret) {
+  const absl::Time deadline = absl::Now() + kHandshakeTimeout;
+  auto channel = net::SecureChannel::Server(std::move(socket), secret,
+                                            deadline, kMaxControlFrame);
+  if (!channel.ok()) return;  // Unauthenticated: dropped, nothing parsed.
+  std::shared_ptr<net::SecureChannel> shared(std::move(*channel));
+  auto frame = shared->Receive(deadline);
+  wire::ControlMessage hello;
+  if (!frame.ok() || !hello.ParseFromString(*frame) || !hello.has_hello() ||
+      hello.hello().size() != size_ || hello.hello().rank() <= 0 ||
+      hello.hello().rank() >= size_) {
+    shared->Shutdown();
+    return;
+  }
+  const int peer = hello.hello().rank();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (channels_[peer] || closed_) {
+      shared->Shutdown();
+      return;
+    }
+    channels_[peer] = shared;
+    ++joined_;
+  }
+  joined_cv_.notify_all();
+  ReadLoop(peer, shared.get());
+}
+
+void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
+  while (true) {
+    auto frame = channel->Receive();
+    if (!frame.ok()) {
+      PeerLost(peer, std::string(frame.status().message()));
+      return;
+    }
+    wire::ControlMessage message;
+    if (!message.ParseFromString(*frame)) {
+      PeerLost(peer, "malformed control message");
+      return;
+    }
+    if (message.has_rank_lost() && rank_ != 0) {
+      const auto& lost = message.rank_lost();
+      shutting_down_ = true;  // The job is over; the coordinator will close.
+      if (!lost_reported_.exchange(true)) {
+        callbacks_.on_fatal(absl::UnavailableError(
+            absl::StrCat("rank ", lost.rank(), " lost: ", lost.reason(),
+                         " (reported by the coordinator)")));
+      }
+      continue;
+    }
+    if (message.has_response_list() && message.response_list().shutdown()) {
+      shutting_down_ = true;  // The coordinator closes after this message.
+    }
+    if (rank_ == 0 && message.has_request_list() &&
+        message.request_list().shutdown()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      leaving_[peer] = true;
+    }
+    Push(peer, std::move(message));
+  }
+}
+
+void ControlPlane::PeerLost(int peer, const std::string& reason) {
+  if (closed_ || shutting_down_) return;
+  if (rank_ == 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (leaving_[peer]) return;  // Left after asking to: not a loss.
+    }
+    if (lost_reported_.exchange(true)) return;
+    wire::ControlMessage notice;
+    notice.mutable_rank_lost()->set_rank(peer);
+    notice.mutable_rank_lost()->set_reason(reason);
+    Broadcast(notice).IgnoreError();  // Best effort: some may be gone too.
+    callbacks_.on_fatal(
+        absl::UnavailableError(absl::StrCat("rank ", peer, " lost: ", reason)));
+  } else {
+    if (lost_reported_.exchange(true)) return;
+    callbacks_.on_fatal(absl::UnavailableError(
+        absl::StrCat("lost coordinator (rank 0): ", reason)));
+  }
+}
+
+void ControlPlane::Push(int from_rank, wire::ControlMessage message) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back({from_rank, std::move(message)});
+  }
+  callbacks_.notify();
+}
+
+std::vector<ControlEvent> ControlPlane::TakeEvents() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ControlEvent> out;
+  out.swap(events_);
+  return out;
+}
+
+absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
+  std::shared_ptr<net::SecureChannel> channel;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    channel = channels_[0];
+  }
+  if (!channel) return absl::UnavailableError("lost coordinator (rank 0)");
+  absl::Status s = channel->Send(Serialize(m));
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("lost coordinator (rank 0): ", s.message()));
+  }
+  return s;
+}
+
+absl::Status ControlPlane::Broadcast(const wire::ControlMessage& m) {
+  const std::string bytes = Serialize(m);
+  std::vector<std::pair<int, std::shared_ptr<net::SecureChannel>>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int r = 1; r < static_cast<int>(channels_.size()); ++r) {
+      if (channels_[r]) targets.emplace_back(r, channels_[r]);
+    }
+  }
+  absl::Status first;
+  for (auto& [r, channel] : targets) {
+    absl::Status s = channel->Send(bytes);
+    if (!s.ok() && first.ok()) {
+      first = absl::UnavailableError(
+          absl::StrCat("rank ", r, " lost: ", s.message()));
+    }
+  }
+  return first;
+}
+
+void ControlPlane::Close() {
+  if (closed_.exchange(true)) return;
+  if (listener_) listener_->Close();
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : channels_) {
+      if (c) c->Shutdown();
+    }
+  }
+  if (accept_thread_.joinable()) accept_thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads.swap(threads_);
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace kolo

@@ -1,0 +1,112 @@
+// ControlPlane: kolo's own authenticated connection from every rank to the
+// coordinator (rank 0). Carries request lists (rank -> coordinator), response
+// lists and "rank k lost" notices (coordinator -> ranks). Never gloo.
+//
+// Frames are SecureChannel frames (runtime/net/secure_channel.h) holding a
+// wire::ControlMessage; nothing is parsed before its MAC checks.
+//
+// Liveness: each connection has a reader thread. When a rank's connection
+// closes before it asked to shut down, the coordinator tells every other
+// rank "rank k lost" and reports the loss through `on_fatal`; when the
+// coordinator's connection closes, a rank reports "lost coordinator
+// (rank 0)". `on_fatal` runs on the reader thread, so pending work fails at
+// once even while the background thread is inside a collective.
+// (Heartbeats for ranks that hang without closing: see the reliability
+// work; the reader threads are where they will be checked.)
+//
+// Threads: Send*/Broadcast may be called from any thread; TakeEvents from
+// the background thread; Close from any thread.
+#ifndef KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
+#define KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kolo/store.h"
+#include "runtime/net/secure_channel.h"
+#include "runtime/net/socket.h"
+#include "runtime/wire.pb.h"
+
+namespace kolo {
+
+struct ControlEvent {
+  int from_rank = 0;
+  wire::ControlMessage message;
+};
+
+struct ControlCallbacks {
+  std::function<void()> notify;                     // an event is queued
+  std::function<void(const absl::Status&)> on_fatal;  // a peer is lost
+};
+
+class ControlPlane {
+ public:
+  // Rank 0 listens on bind_addr, publishes its address in `store` and waits
+  // until every other rank has connected; other ranks connect. Blocks until
+  // `deadline`; the error names the ranks that did not connect.
+  static absl::StatusOr<std::unique_ptr<ControlPlane>> Create(
+      int rank, int size, std::shared_ptr<Store> store,
+      const std::string& secret, const std::string& bind_addr,
+      absl::Time deadline, ControlCallbacks callbacks);
+  ~ControlPlane();
+
+  // Non-coordinator ranks: to the coordinator.
+  absl::Status SendToCoordinator(const wire::ControlMessage& message);
+  // Coordinator: to every other rank (serialized once).
+  absl::Status Broadcast(const wire::ControlMessage& message);
+
+  // Messages received since the last call, in arrival order.
+  std::vector<ControlEvent> TakeEvents();
+
+  // The job is ending normally: connections that close from now on are not
+  // losses.
+  void MarkShuttingDown() { shutting_down_ = true; }
+  // Closes every connection and joins the reader threads.
+  void Close();
+
+ private:
+  ControlPlane(int rank, int size, ControlCallbacks callbacks);
+  absl::Status StartCoordinator(std::shared_ptr<Store> store,
+                                const std::string& secret,
+                                const std::string& bind_addr,
+                                absl::Time deadline);
+  absl::Status StartRank(std::shared_ptr<Store> store,
+                         const std::string& secret, absl::Time deadline);
+  void AcceptLoop(std::string secret);
+  void HandleConnection(net::Socket socket, std::string secret);
+  void ReadLoop(int peer_rank, net::SecureChannel* channel);
+  void PeerLost(int peer_rank, const std::string& reason);
+  void Push(int from_rank, wire::ControlMessage message);
+
+  const int rank_;
+  const int size_;
+  const ControlCallbacks callbacks_;
+  std::atomic<bool> shutting_down_{false};
+  std::atomic<bool> closed_{false};
+  std::atomic<bool> lost_reported_{false};
+
+  std::unique_ptr<net::Listener> listener_;  // coordinator only
+  std::thread accept_thread_;
+
+  std::mutex mu_;
+  std::condition_variable joined_cv_;
+  // Coordinator: index = peer rank; others: [0] = the coordinator.
+  std::vector<std::shared_ptr<net::SecureChannel>> channels_;  // guarded by mu_
+  std::vector<bool> leaving_;         // guarded by mu_ (rank asked to shut down)
+  int joined_ = 0;                    // guarded by mu_
+  std::vector<std::thread> threads_;  // guarded by mu_
+  std::vector<ControlEvent> events_;  // guarded by mu_
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_

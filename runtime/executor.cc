@@ -1,0 +1,233 @@
+#include "runtime/executor.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/controller.h"
+
+namespace kolo {
+namespace {
+
+std::string Names(const wire::Response& r) {
+  if (r.names_size() == 1) return absl::StrCat("\"", r.names(0), "\"");
+  return absl::StrCat(r.names_size(), " fused tensors (\"", r.names(0),
+                      "\", ...)");
+}
+
+void CompleteAll(std::vector<std::unique_ptr<TensorEntry>>& entries,
+                 const absl::Status& status) {
+  for (auto& e : entries) e->work->Complete(status);
+}
+
+}  // namespace
+
+uint8_t* Executor::FusionBuffer(size_t bytes) {
+  if (fusion_.size() < bytes) fusion_.resize(bytes);
+  return fusion_.data();
+}
+
+absl::Status Executor::Execute(
+    const wire::Response& r,
+    std::vector<std::unique_ptr<TensorEntry>>& entries) {
+  if (r.type() == wire::RESPONSE_ERROR) {
+    CompleteAll(entries, absl::Status(static_cast<absl::StatusCode>(r.error_code()),
+                                      r.error()));
+    return absl::OkStatus();
+  }
+  absl::Status s;
+  const char* what = "allreduce";
+  switch (r.type()) {
+    case wire::RESPONSE_ALLREDUCE:
+      s = Allreduce(r, entries);
+      break;
+    case wire::RESPONSE_BROADCAST:
+      what = "broadcast";
+      s = Broadcast(r, entries);
+      break;
+    case wire::RESPONSE_ALLGATHER:
+      what = "allgather";
+      s = Allgather(r, entries);
+      break;
+    default:
+      s = absl::InternalError("unknown response type");
+  }
+  if (!s.ok()) {
+    s = absl::Status(s.code(), absl::StrCat(what, " of ", Names(r), " on rank ",
+                                            rank_, ": ", s.message()));
+    CompleteAll(entries, s);
+  }
+  return s;
+}
+
+absl::Status Executor::Allreduce(
+    const wire::Response& r,
+    std::vector<std::unique_ptr<TensorEntry>>& entries) {
+  const DataType dtype = static_cast<DataType>(r.dtype());
+  const size_t elem = DataTypeSize(dtype);
+  ReduceOp op = static_cast<ReduceOp>(r.op());
+  double postscale = r.postscale();
+  if (op == ReduceOp::kAverage) {
+    op = ReduceOp::kSum;
+    postscale /= size_;
+  }
+  const bool scale_in = r.prescale() != 1.0;
+  const bool scale_out = postscale != 1.0;
+
+  uint8_t* buffer;
+  size_t total = 0;
+  for (int64_t e : r.elements()) total += e;
+  if (entries.size() == 1) {
+    // In place on the caller's output.
+    TensorEntry& e = *entries[0];
+    buffer = static_cast<uint8_t*>(e.output.data);
+    if (total && e.output.data != e.input.data) {
+      std::memcpy(buffer, e.input.data, total * elem);
+    }
+  } else {
+    buffer = FusionBuffer(total * elem);
+    size_t offset = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const size_t bytes = r.elements(i) * elem;
+      if (bytes) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
+      offset += bytes;
+    }
+  }
+  if (scale_in) backend_->Scale(buffer, total, dtype, r.prescale());
+  absl::Status s = backend_->Allreduce(buffer, total, dtype, op);
+  if (!s.ok()) return s;
+  if (scale_out) backend_->Scale(buffer, total, dtype, postscale);
+  if (entries.size() > 1) {
+    size_t offset = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const size_t bytes = r.elements(i) * elem;
+      if (bytes) std::memcpy(entries[i]->output.data, buffer + offset, bytes);
+      offset += bytes;
+    }
+  }
+  CompleteAll(entries, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Broadcast(
+    const wire::Response& r,
+    std::vector<std::unique_ptr<TensorEntry>>& entries) {
+  const size_t elem = DataTypeSize(static_cast<DataType>(r.dtype()));
+  const int root = r.root();
+  absl::Status s;
+  if (entries.size() == 1) {
+    s = backend_->Broadcast(entries[0]->input.data, r.elements(0) * elem, root);
+  } else {
+    size_t total = 0;
+    for (int64_t e : r.elements()) total += e * elem;
+    uint8_t* buffer = FusionBuffer(total);
+    if (rank_ == root) {
+      size_t offset = 0;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const size_t bytes = r.elements(i) * elem;
+        if (bytes) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
+        offset += bytes;
+      }
+    }
+    s = backend_->Broadcast(buffer, total, root);
+    if (s.ok() && rank_ != root) {
+      size_t offset = 0;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const size_t bytes = r.elements(i) * elem;
+        if (bytes) std::memcpy(entries[i]->input.data, buffer + offset, bytes);
+        offset += bytes;
+      }
+    }
+  }
+  if (!s.ok()) return s;
+  CompleteAll(entries, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Allgather(
+    const wire::Response& r,
+    std::vector<std::unique_ptr<TensorEntry>>& entries) {
+  const size_t elem = DataTypeSize(static_cast<DataType>(r.dtype()));
+  const size_t n = entries.size();
+  // first_dims[i * size + k]: rows of tensor i on rank k.
+  auto rows = [&](size_t i, int k) {
+    return static_cast<size_t>(r.first_dims(i * size_ + k));
+  };
+  std::vector<size_t> row_bytes(n);
+  std::vector<void*> outputs(n);
+  std::vector<absl::Status> alloc_status(n);
+  std::vector<std::vector<uint8_t>> fallback(n);  // when an allocator fails
+  for (size_t i = 0; i < n; ++i) {
+    row_bytes[i] = r.elements(i) * elem;
+    std::vector<int64_t> shape = entries[i]->input.shape;
+    size_t total_rows = 0;
+    for (int k = 0; k < size_; ++k) total_rows += rows(i, k);
+    shape[0] = static_cast<int64_t>(total_rows);
+    auto out = entries[i]->allocator(shape);
+    if (out.ok() && (*out != nullptr || total_rows * row_bytes[i] == 0)) {
+      outputs[i] = *out;
+    } else {
+      alloc_status[i] = out.ok() ? absl::InternalError("allocator returned null")
+                                 : out.status();
+      // Still take part, so that the other ranks do not hang.
+      fallback[i].resize(total_rows * row_bytes[i]);
+      outputs[i] = fallback[i].data();
+    }
+  }
+
+  std::vector<size_t> block_bytes(size_, 0);
+  for (int k = 0; k < size_; ++k) {
+    for (size_t i = 0; i < n; ++i) block_bytes[k] += rows(i, k) * row_bytes[i];
+  }
+  absl::Status s;
+  if (n == 1) {
+    s = backend_->Allgatherv(entries[0]->input.data, outputs[0], block_bytes);
+  } else {
+    if (gather_send_.size() < block_bytes[rank_]) {
+      gather_send_.resize(block_bytes[rank_]);
+    }
+    size_t offset = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const size_t bytes = rows(i, rank_) * row_bytes[i];
+      if (bytes) std::memcpy(gather_send_.data() + offset, entries[i]->input.data, bytes);
+      offset += bytes;
+    }
+    size_t total = 0;
+    for (size_t b : block_bytes) total += b;
+    uint8_t* buffer = FusionBuffer(total);
+    s = backend_->Allgatherv(gather_send_.data(), buffer, block_bytes);
+    if (s.ok()) {
+      // Block k holds rank k's rows of tensor 0, then of tensor 1, ...
+      std::vector<size_t> out_offset(n, 0);
+      size_t in_offset = 0;
+      for (int k = 0; k < size_; ++k) {
+        for (size_t i = 0; i < n; ++i) {
+          const size_t bytes = rows(i, k) * row_bytes[i];
+          if (bytes) {
+            std::memcpy(static_cast<uint8_t*>(outputs[i]) + out_offset[i],
+                        buffer + in_offset, bytes);
+          }
+          out_offset[i] += bytes;
+          in_offset += bytes;
+        }
+      }
+    }
+  }
+  if (!s.ok()) return s;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<int64_t> splits(size_);
+    for (int k = 0; k < size_; ++k) splits[k] = rows(i, k);
+    if (!alloc_status[i].ok()) {
+      entries[i]->work->Complete(absl::Status(
+          alloc_status[i].code(),
+          absl::StrCat("allgather \"", r.names(i),
+                       "\": output allocator failed: ",
+                       alloc_status[i].message())));
+    } else {
+      entries[i]->work->Complete(absl::OkStatus(), std::move(splits));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kolo

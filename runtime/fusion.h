@@ -1,0 +1,33 @@
+// FusionPlanner: pure planning of which ready responses run as one
+// collective. Runs on the coordinator only; the plan travels to every rank in
+// the ResponseList, so all ranks fuse identically.
+//
+// Note [Fusion]
+// Responses are compatible when they have the same type, dtype, device and
+// (allreduce) op and scale factors, or (broadcast) root. The planner walks
+// the ready responses in order and appends each to the first open bucket of
+// its kind while the bucket's bytes stay within the threshold; otherwise it
+// opens a new bucket. Buckets are emitted in the order of their first
+// member. A tensor larger than the threshold runs alone. Error responses are
+// never fused. Threshold 0 disables fusion.
+#ifndef KOLO_RUNTIME_FUSION_H_
+#define KOLO_RUNTIME_FUSION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/wire.pb.h"
+
+namespace kolo {
+
+// Bytes a (possibly fused) response moves per rank: the sum of its tensors'
+// sizes (allgather: of every rank's contribution).
+int64_t ResponseBytes(const wire::Response& response, int world_size);
+
+// `ready` holds one response per tensor, in ready order.
+std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
+                                       int64_t threshold_bytes, int world_size);
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_FUSION_H_

@@ -1,0 +1,84 @@
+// TensorQueue: hand-off from caller threads to the background thread, and
+// the table of this rank's in-flight collectives.
+//
+// Callers Add() entries (never blocks on the network; rejects a name that is
+// already in flight at once). The background thread takes the new requests
+// to send to the coordinator, then Take()s entries by name when their
+// response arrives. Any thread may FailAll() on a fatal error.
+//
+// Thread safety: all methods are thread-safe (one mutex).
+#ifndef KOLO_RUNTIME_TENSOR_QUEUE_H_
+#define KOLO_RUNTIME_TENSOR_QUEUE_H_
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "kolo/runtime.h"
+#include "kolo/work.h"
+#include "runtime/wire.pb.h"
+
+namespace kolo {
+
+struct TensorEntry {
+  wire::Request request;  // What the coordinator sees.
+  TensorView input;       // Allreduce/allgather input; broadcast tensor.
+  TensorView output;      // Allreduce output.
+  OutputAllocator allocator;  // Allgather.
+  std::shared_ptr<internal::WorkState> work;
+  absl::Time deadline;    // Local backstop for the op timeout.
+  // Set once the entry timed out locally: the caller's memory is no longer
+  // ours, so a late response runs on this zero-filled scratch instead.
+  std::shared_ptr<std::vector<uint8_t>> scratch;
+};
+
+class TensorQueue {
+ public:
+  // `notify` is called (without locks held) after each Add, to wake the
+  // background thread.
+  explicit TensorQueue(std::function<void()> notify)
+      : notify_(std::move(notify)) {}
+
+  // AlreadyExists if the name is in flight; the failure status if the queue
+  // was closed.
+  absl::Status Add(TensorEntry entry);
+
+  // Requests added since the last call, in submission order.
+  std::vector<wire::Request> TakeNewRequests();
+
+  // Removes and returns the entry for `name`; null if not in flight.
+  std::unique_ptr<TensorEntry> Take(const std::string& name);
+
+  // Entries whose deadline passed are failed with DeadlineExceeded and turned
+  // into scratch entries (see TensorEntry::scratch). Returns the earliest
+  // deadline still pending.
+  absl::Time ExpireLocal(absl::Time now, absl::Duration op_timeout);
+
+  // Fails every pending entry with `status`; later Adds fail with
+  // `status` too.
+  void Close(const absl::Status& status);
+
+  // Blocks until no entry is in flight or `deadline`; true if drained.
+  bool WaitDrained(absl::Time deadline);
+
+  size_t size() const;
+  absl::Status closed_status() const;
+
+ private:
+  const std::function<void()> notify_;
+  mutable std::mutex mu_;
+  std::condition_variable drained_cv_;
+  std::map<std::string, std::unique_ptr<TensorEntry>> table_;  // guarded by mu_
+  std::vector<wire::Request> new_requests_;                    // guarded by mu_
+  absl::Status closed_;                                        // guarded by mu_
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_TENSOR_QUEUE_H_
