@@ -59,10 +59,7 @@ std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
     if (r.type() != wire::RESPONSE_ERROR && threshold_bytes > 0) {
       for (size_t b = 0; b < buckets.size(); ++b) {
         if (!open[b] || !Compatible(buckets[b], r)) continue;
-        if (bucket_bytes[b] + bytes > threshold_bytes) {
-          open[b] = false;  // Full: later tensors of this kind start anew.
-          continue;
-        }
+        if (bucket_bytes[b] + bytes > threshold_bytes) continue;
         Append(&buckets[b], r);
         bucket_bytes[b] += bytes;
         placed = true;

@@ -6,8 +6,8 @@
 // Responses are compatible when they have the same type, dtype, device and
 // (allreduce) op and scale factors, or (broadcast) root. The planner walks
 // the ready responses in order and appends each to the first open bucket of
-// its kind while the bucket's bytes stay within the threshold; otherwise it
-// opens a new bucket. Buckets are emitted in the order of their first
+// its kind in which it fits (bytes within the threshold); otherwise it opens
+// a new bucket. Buckets are emitted in the order of their first
 // member. A tensor larger than the threshold runs alone. Error responses are
 // never fused. Threshold 0 disables fusion.
 #ifndef KOLO_RUNTIME_FUSION_H_

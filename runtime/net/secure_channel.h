@@ -60,7 +60,8 @@ class SecureChannel {
   // closed") on EOF or after Shutdown(); DataLoss for a bad MAC, sequence
   // number or oversized length (the connection is then unusable);
   // DeadlineExceeded when the deadline passes.
-  absl::StatusOr<std::string> Receive(absl::Time deadline = absl::InfiniteFuture());
+  absl::StatusOr<std::string> Receive(
+      absl::Time deadline = absl::InfiniteFuture());
 
   // Unblocks Send/Receive in other threads; the channel is then closed.
   void Shutdown();
@@ -77,6 +78,8 @@ class SecureChannel {
   std::mutex send_mu_;
   uint64_t send_seq_ = 0;  // guarded by send_mu_
   uint64_t recv_seq_ = 0;  // owned by the receiving thread
+  // Set by Shutdown() so later calls say why the channel is closed.
+  std::atomic<bool> shut_down_{false};
 };
 
 // 32 random bytes from OpenSSL, hex-encoded (64 characters).

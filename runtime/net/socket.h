@@ -6,6 +6,7 @@
 #define KOLO_RUNTIME_NET_SOCKET_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -35,6 +36,11 @@ class Socket {
   // EOF, DeadlineExceeded when the deadline passes.
   absl::Status SendAll(const void* data, size_t len, absl::Time deadline);
   absl::Status RecvAll(void* data, size_t len, absl::Time deadline);
+
+  // Waits until a read would not block (data, EOF or an error is pending)
+  // without consuming anything. DeadlineExceeded when the deadline passes.
+  // Lets framed readers tell "nothing arrived yet" from a torn frame.
+  absl::Status WaitReadable(absl::Time deadline);
 
   // Unblocks any thread blocked in SendAll/RecvAll on this socket.
   void ShutdownBoth();
@@ -69,8 +75,15 @@ class Listener {
   const std::string& addr() const { return addr_; }
 
  private:
+  // Lets Close() wait for threads inside Accept before it closes the fds
+  // they poll (closing an fd another thread polls could let a new fd reuse
+  // its number). Heap-allocated so that Listener stays movable; shared_ptr
+  // because its deleter needs no complete type in this header.
+  struct AcceptState;
+
   int fd_ = -1;
   int wake_pipe_[2] = {-1, -1};  // Close() writes here to unblock Accept.
+  std::shared_ptr<AcceptState> accept_state_;
   int port_ = 0;
   std::string addr_;
 };

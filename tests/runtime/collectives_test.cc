@@ -1,0 +1,295 @@
+// Multi-rank tests: N Runtimes as threads of one process, real loopback TCP
+// for the control plane and gloo. World sizes 1..4, every dtype and op,
+// element counts 0, 1, odd and several MB, fusion, mismatches.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_job.h"
+#include "tests/testing/values.h"
+
+namespace kolo {
+namespace {
+
+using testing::Buffer;
+using testing::OnEachRank;
+
+class Collectives : public ::testing::TestWithParam<int> {
+ protected:
+  int size() const { return GetParam(); }
+};
+
+// Input element i of `rank` for `op`: small integers, so that every dtype
+// represents every sum and product exactly.
+double InputValue(ReduceOp op, DataType dtype, int rank, size_t i) {
+  switch (op) {
+    case ReduceOp::kProduct:
+      return 1 + ((rank + i) % 2);
+    case ReduceOp::kMin:
+    case ReduceOp::kMax: {
+      double v = static_cast<double>((rank * 7 + i) % 5);
+      return dtype == DataType::kUint8 ? v : v - 2;
+    }
+    default:
+      return (rank + 1) + static_cast<double>(i % 3);
+  }
+}
+
+double Expected(ReduceOp op, DataType dtype, int size, size_t i) {
+  double acc = InputValue(op, dtype, 0, i);
+  for (int r = 1; r < size; ++r) {
+    double v = InputValue(op, dtype, r, i);
+    switch (op) {
+      case ReduceOp::kMin: acc = std::min(acc, v); break;
+      case ReduceOp::kMax: acc = std::max(acc, v); break;
+      case ReduceOp::kProduct: acc *= v; break;
+      default: acc += v;
+    }
+  }
+  return op == ReduceOp::kAverage ? acc / size : acc;
+}
+
+std::vector<ReduceOp> AllOps() {
+  return {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+          ReduceOp::kProduct};
+}
+
+TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
+  const int n = size();
+  auto rts = testing::StartJob(n);
+  struct Case {
+    std::string name;
+    DataType dtype;
+    ReduceOp op;
+    size_t count;
+  };
+  std::vector<Case> cases;
+  for (DataType dtype : testing::AllDataTypes()) {
+    for (ReduceOp op : AllOps()) {
+      if (op == ReduceOp::kAverage && !IsFloatingPoint(dtype)) continue;
+      for (size_t count : {0, 1, 7, 1001}) {
+        cases.push_back({absl::StrCat(DataTypeName(dtype), "/",
+                                      ReduceOpName(op), "/", count),
+                         dtype, op, count});
+      }
+    }
+  }
+  // results[rank][case]: raw output bytes, compared across ranks.
+  std::vector<std::vector<std::vector<uint8_t>>> results(n);
+  OnEachRank(n, [&](int r) {
+    std::vector<Buffer> in, out;
+    for (const Case& c : cases) {
+      in.emplace_back(c.dtype, c.count);
+      out.emplace_back(c.dtype, c.count);
+      for (size_t i = 0; i < c.count; ++i) {
+        in.back().set(i, InputValue(c.op, c.dtype, r, i));
+      }
+    }
+    // A different submission order on every rank.
+    std::vector<size_t> order(cases.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937(r * 7919 + 1));
+    std::vector<Work> works(cases.size());
+    for (size_t k : order) {
+      const Case& c = cases[k];
+      AllreduceRequest req;
+      req.name = c.name;
+      req.op = c.op;
+      req.input = TensorView(in[k].data(), c.dtype,
+                             {static_cast<int64_t>(c.count)});
+      req.output = TensorView(out[k].data(), c.dtype,
+                              {static_cast<int64_t>(c.count)});
+      auto w = rts[r]->Allreduce(req);
+      ASSERT_TRUE(w.ok()) << c.name << ": " << w.status();
+      works[k] = *w;
+    }
+    for (size_t k = 0; k < cases.size(); ++k) {
+      const Case& c = cases[k];
+      ASSERT_TRUE(works[k].Wait(absl::Seconds(60)).ok())
+          << c.name << ": " << works[k].status();
+      for (size_t i = 0; i < c.count; ++i) {
+        const double want = Expected(c.op, c.dtype, n, i);
+        const double tol =
+            c.op == ReduceOp::kAverage
+                ? (DataTypeSize(c.dtype) == 2 ? 1e-2 : 1e-6) * std::abs(want)
+                : 0;
+        ASSERT_NEAR(out[k].at(i), want, tol)
+            << c.name << " element " << i << " on rank " << r;
+      }
+      results[r].push_back(out[k].bytes);
+    }
+  });
+  for (int r = 1; r < n; ++r) {
+    for (size_t k = 0; k < cases.size(); ++k) {
+      EXPECT_EQ(results[r][k], results[0][k])
+          << cases[k].name << ": rank " << r << " differs bitwise from rank 0";
+    }
+  }
+  testing::ShutdownJob(rts);
+}
+
+TEST_P(Collectives, LargeAllreduceInPlaceAndScaled) {
+  const int n = size();
+  // A small fusion threshold splits the 12 MB tensors into separate buckets.
+  auto rts = testing::StartJob(n, [](Options& o) {
+    o.fusion_threshold_bytes = 4 << 20;
+  });
+  const size_t count = 3 * 1024 * 1024 + 3;  // several MB, odd
+  OnEachRank(n, [&](int r) {
+    std::vector<float> a(count), b(count);
+    for (size_t i = 0; i < count; ++i) {
+      a[i] = static_cast<float>((i % 1000) + r);
+      b[i] = static_cast<float>(r + 1);
+    }
+    AllreduceRequest ra;
+    ra.name = "big/a";
+    ra.input = ra.output = TensorView(a.data(), DataType::kFloat32,
+                                      {static_cast<int64_t>(count)});
+    AllreduceRequest rb;
+    rb.name = "big/b";
+    rb.input = rb.output = TensorView(b.data(), DataType::kFloat32,
+                                      {static_cast<int64_t>(count)});
+    rb.prescale = 2.0;
+    rb.postscale = 0.5;
+    auto wa = rts[r]->Allreduce(ra);
+    auto wb = rts[r]->Allreduce(rb);
+    ASSERT_TRUE(wa.ok() && wb.ok());
+    ASSERT_TRUE(wa->Wait(absl::Seconds(60)).ok()) << wa->status();
+    ASSERT_TRUE(wb->Wait(absl::Seconds(60)).ok()) << wb->status();
+    const float rank_sum = n * (n - 1) / 2.0f;
+    for (size_t i = 0; i < count; i += 4099) {
+      ASSERT_EQ(a[i], n * static_cast<float>(i % 1000) + rank_sum) << i;
+      ASSERT_EQ(b[i], rank_sum + n) << i;
+    }
+    ASSERT_EQ(a[count - 1], n * static_cast<float>((count - 1) % 1000) + rank_sum);
+  });
+  testing::ShutdownJob(rts);
+}
+
+TEST_P(Collectives, BroadcastFromEveryRootEveryDtype) {
+  const int n = size();
+  auto rts = testing::StartJob(n);
+  OnEachRank(n, [&](int r) {
+    std::vector<Buffer> bufs;
+    std::vector<std::string> names;
+    std::vector<std::pair<DataType, int>> keys;
+    for (DataType dtype : testing::AllDataTypes()) {
+      for (int root = 0; root < n; ++root) {
+        bufs.emplace_back(dtype, 5);
+        for (size_t i = 0; i < 5; ++i) {
+          bufs.back().set(i, r == root ? 10 * root + i : 99);
+        }
+        keys.push_back({dtype, root});
+      }
+    }
+    std::vector<Work> works;
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      BroadcastRequest req;
+      req.name = absl::StrCat("bcast/", DataTypeName(keys[k].first), "/",
+                              keys[k].second);
+      req.root = keys[k].second;
+      req.tensor = TensorView(bufs[k].data(), keys[k].first, {5});
+      auto w = rts[r]->Broadcast(req);
+      ASSERT_TRUE(w.ok()) << w.status();
+      works.push_back(*w);
+    }
+    for (size_t k = 0; k < bufs.size(); ++k) {
+      ASSERT_TRUE(works[k].Wait(absl::Seconds(60)).ok()) << works[k].status();
+      for (size_t i = 0; i < 5; ++i) {
+        ASSERT_EQ(bufs[k].at(i), 10 * keys[k].second + i);
+      }
+    }
+  });
+  testing::ShutdownJob(rts);
+}
+
+TEST_P(Collectives, AllgatherUnevenFirstDimension) {
+  const int n = size();
+  auto rts = testing::StartJob(n);
+  OnEachRank(n, [&](int r) {
+    // Tensor t: rank r contributes (r + t) % 3 rows of 4 int32 (rank 0 of
+    // tensor 0 contributes nothing), three tensors fused in one collective.
+    const int kTensors = 3;
+    std::vector<std::vector<int32_t>> in(kTensors), out(kTensors);
+    std::vector<Work> works;
+    for (int t = 0; t < kTensors; ++t) {
+      const int rows = (r + t) % 3;
+      for (int i = 0; i < rows * 4; ++i) in[t].push_back(1000 * r + 100 * t + i);
+      AllgatherRequest req;
+      req.name = absl::StrCat("gather/", t);
+      req.input = TensorView(in[t].data(), DataType::kInt32, {rows, 4});
+      auto* target = &out[t];
+      req.allocator = [target](const std::vector<int64_t>& shape)
+          -> absl::StatusOr<void*> {
+        EXPECT_EQ(shape.size(), 2u);
+        EXPECT_EQ(shape[1], 4);
+        target->resize(shape[0] * shape[1]);
+        return static_cast<void*>(target->data());
+      };
+      auto w = rts[r]->Allgather(req);
+      ASSERT_TRUE(w.ok()) << w.status();
+      works.push_back(*w);
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      ASSERT_TRUE(works[t].Wait(absl::Seconds(60)).ok()) << works[t].status();
+      std::vector<int32_t> want;
+      std::vector<int64_t> splits;
+      for (int k = 0; k < n; ++k) {
+        const int rows = (k + t) % 3;
+        splits.push_back(rows);
+        for (int i = 0; i < rows * 4; ++i) want.push_back(1000 * k + 100 * t + i);
+      }
+      EXPECT_EQ(out[t], want) << "tensor " << t << " on rank " << r;
+      EXPECT_EQ(works[t].received_splits(), splits);
+    }
+  });
+  testing::ShutdownJob(rts);
+}
+
+TEST_P(Collectives, RejectsBadRequestsAtOnce) {
+  const int n = size();
+  auto rts = testing::StartJob(n);
+  int32_t ints[4] = {1, 2, 3, 4};
+  AllreduceRequest avg;
+  avg.name = "int/avg";
+  avg.op = ReduceOp::kAverage;
+  avg.input = avg.output = TensorView(ints, DataType::kInt32, {4});
+  auto w = rts[0]->Allreduce(avg);
+  ASSERT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(w.status().message().find("int/avg"), std::string::npos);
+
+  AllreduceRequest scaled = avg;
+  scaled.op = ReduceOp::kSum;
+  scaled.postscale = 0.5;
+  EXPECT_EQ(rts[0]->Allreduce(scaled).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  BroadcastRequest root;
+  root.name = "bad/root";
+  root.root = n;
+  root.tensor = TensorView(ints, DataType::kInt32, {4});
+  auto b = rts[0]->Broadcast(root);
+  ASSERT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(b.status().message().find("root"), std::string::npos);
+
+  AllreduceRequest null_data;
+  null_data.name = "null";
+  null_data.input = null_data.output = TensorView(nullptr, DataType::kFloat32, {3});
+  EXPECT_EQ(rts[0]->Allreduce(null_data).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  testing::ShutdownJob(rts);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("np", info.param);
+                         });
+
+}  // namespace
+}  // namespace kolo

@@ -1,0 +1,183 @@
+// Error paths with N Runtimes as threads: mismatches between ranks, a
+// duplicate in-flight name, op timeout, shutdown with work pending, use after
+// shutdown. Every error must name the tensor and the ranks involved.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_job.h"
+
+namespace kolo {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::OnEachRank;
+
+// Submits an allreduce whose request `make(rank)` may differ per rank and
+// returns each rank's final status.
+std::vector<absl::Status> RunPerRank(
+    std::vector<std::unique_ptr<Runtime>>& rts,
+    const std::function<AllreduceRequest(int, std::vector<float>&)>& make) {
+  const int n = static_cast<int>(rts.size());
+  std::vector<absl::Status> status(n);
+  OnEachRank(n, [&](int r) {
+    std::vector<float> data(64, 1.0f);
+    auto w = rts[r]->Allreduce(make(r, data));
+    if (!w.ok()) {
+      status[r] = w.status();
+      return;
+    }
+    status[r] = w->Wait(absl::Seconds(30));
+  });
+  return status;
+}
+
+AllreduceRequest Request(const std::string& name, std::vector<float>& data,
+                         std::vector<int64_t> shape) {
+  AllreduceRequest req;
+  req.name = name;
+  req.input = req.output = TensorView(data.data(), DataType::kFloat32, shape);
+  return req;
+}
+
+TEST(Errors, ShapeMismatchNamesEveryRankThenJobContinues) {
+  auto rts = testing::StartJob(3);
+  auto status = RunPerRank(rts, [](int r, std::vector<float>& d) {
+    d.resize(20 * 20 * 20);
+    const int64_t dim = r == 1 ? 18 : 17;
+    return Request("grad/w", d, {dim, dim, dim});
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kInvalidArgument) << status[r];
+    EXPECT_THAT(std::string(status[r].message()),
+                HasSubstr("allreduce \"grad/w\": shape mismatch: ranks 0, 2 "
+                          "have [17,17,17]; rank 1 has [18,18,18]"));
+  }
+  // The job is still healthy: a matching allreduce succeeds.
+  auto ok = RunPerRank(rts, [](int r, std::vector<float>& d) {
+    return Request("grad/w", d, {64});
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_TRUE(ok[r].ok()) << ok[r];
+  testing::ShutdownJob(rts);
+}
+
+TEST(Errors, DtypeOpAndScaleMismatches) {
+  auto rts = testing::StartJob(2);
+  auto dtype = RunPerRank(rts, [](int r, std::vector<float>& d) {
+    AllreduceRequest req = Request("t/dtype", d, {8});
+    if (r == 1) req.input.dtype = req.output.dtype = DataType::kInt32;
+    return req;
+  });
+  for (auto& s : dtype) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("dtype mismatch: rank 0 has float32; rank 1 has int32"));
+  }
+  auto op = RunPerRank(rts, [](int r, std::vector<float>& d) {
+    AllreduceRequest req = Request("t/op", d, {8});
+    req.op = r == 0 ? ReduceOp::kSum : ReduceOp::kMax;
+    return req;
+  });
+  for (auto& s : op) {
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("reduce op mismatch: rank 0 has sum; rank 1 has max"));
+  }
+  auto scale = RunPerRank(rts, [](int r, std::vector<float>& d) {
+    AllreduceRequest req = Request("t/scale", d, {8});
+    req.postscale = r == 0 ? 1.0 : 0.5;
+    return req;
+  });
+  for (auto& s : scale) {
+    EXPECT_THAT(std::string(s.message()), HasSubstr("postscale factor mismatch"));
+  }
+  testing::ShutdownJob(rts);
+}
+
+TEST(Errors, BroadcastRootAndCollectiveTypeMismatch) {
+  auto rts = testing::StartJob(2);
+  std::vector<absl::Status> status(2), kind(2);
+  OnEachRank(2, [&](int r) {
+    std::vector<float> d(4);
+    BroadcastRequest b;
+    b.name = "b";
+    b.root = r;  // each rank names itself
+    b.tensor = TensorView(d.data(), DataType::kFloat32, {4});
+    status[r] = rts[r]->Broadcast(b)->Wait(absl::Seconds(30));
+    // "k" is a broadcast on rank 0 and an allreduce on rank 1.
+    if (r == 0) {
+      b.name = "k";
+      b.root = 0;
+      kind[r] = rts[r]->Broadcast(b)->Wait(absl::Seconds(30));
+    } else {
+      kind[r] = rts[r]->Allreduce(Request("k", d, {4}))->Wait(absl::Seconds(30));
+    }
+  });
+  for (auto& s : status) {
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("root mismatch: rank 0 has root 0; rank 1 has root 1"));
+  }
+  for (auto& s : kind) {
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("collective mismatch: rank 0 has broadcast; rank 1 "
+                          "has allreduce"));
+  }
+  testing::ShutdownJob(rts);
+}
+
+TEST(Errors, DuplicateInFlightNameFailsAtOnceFirstCompletes) {
+  auto rts = testing::StartJob(2);
+  std::vector<float> a0(4, 1), a1(4, 2), dup(4, 5);
+  // Rank 0 submits "x" twice before rank 1 submits it once.
+  auto first = rts[0]->Allreduce(Request("x", a0, {4}));
+  ASSERT_TRUE(first.ok());
+  auto second = rts[0]->Allreduce(Request("x", dup, {4}));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(second.status().message()),
+              HasSubstr("\"x\": a collective with this name is already in "
+                        "flight on rank 0"));
+  auto other = rts[1]->Allreduce(Request("x", a1, {4}));
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(first->Wait(absl::Seconds(30)).ok());
+  ASSERT_TRUE(other->Wait(absl::Seconds(30)).ok());
+  EXPECT_EQ(a0, std::vector<float>(4, 3.0f));
+  EXPECT_EQ(a1, std::vector<float>(4, 3.0f));
+  testing::ShutdownJob(rts);
+}
+
+TEST(Errors, OpTimeoutNamesTheRanksThatDidNotSubmit) {
+  auto rts = testing::StartJob(3, [](Options& o) {
+    o.op_timeout = absl::Seconds(1);
+  });
+  std::vector<float> d0(4), d2(4);
+  auto w0 = rts[0]->Allreduce(Request("lonely", d0, {4}));
+  auto w2 = rts[2]->Allreduce(Request("lonely", d2, {4}));
+  ASSERT_TRUE(w0.ok() && w2.ok());
+  for (Work* w : {&*w0, &*w2}) {
+    absl::Status s = w->Wait(absl::Seconds(20));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("waiting for rank 1 to submit it"));
+    EXPECT_THAT(std::string(s.message()), HasSubstr("submitted by ranks 0, 2"));
+  }
+  testing::ShutdownJob(rts);
+}
+
+TEST(Errors, ShutdownWithWorkPendingAbortsItAndLaterUseFails) {
+  auto rts = testing::StartJob(2);
+  std::vector<float> d(4);
+  auto pending = rts[1]->Allreduce(Request("never-matched", d, {4}));
+  ASSERT_TRUE(pending.ok());
+  std::vector<absl::Status> status(2);
+  OnEachRank(2, [&](int r) { status[r] = rts[r]->Shutdown(absl::Seconds(1)); });
+  absl::Status s = pending->Wait(absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("never-matched"));
+  auto late = rts[0]->Allreduce(Request("late", d, {4}));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rts[0]->Shutdown().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace kolo
