@@ -1,0 +1,157 @@
+// Integration tests through the real launcher: real processes, real TCP
+// store, control plane and gloo. Each run has a harness deadline, so a hang
+// fails the test instead of blocking it.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string g_kolorun, g_demo, g_fault_worker;
+
+struct Result {
+  int exit_code = -1;  // -1: killed by the harness deadline
+  std::string output;  // stdout and stderr, merged
+};
+
+Result RunCommand(const std::vector<std::string>& args, int deadline_s = 60) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  Result result;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
+  char buf[4096];
+  bool timed_out = false;
+  while (true) {
+    int left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   deadline - std::chrono::steady_clock::now())
+                   .count();
+    if (left <= 0) {
+      timed_out = true;
+      kill(pid, SIGKILL);
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    if (poll(&p, 1, left) <= 0) continue;
+    ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    result.output.append(buf, n);
+  }
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!timed_out && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (!timed_out && WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string MakeTempDir() {
+  std::string tmpl = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR")
+                                                       : "/tmp") +
+                     "/kolo_pids_XXXXXX";
+  return mkdtemp(tmpl.data());
+}
+
+// Every pid recorded under `dir` is gone (no orphan workers).
+void ExpectNoWorkerLeft(const std::string& dir, int np) {
+  for (int r = 0; r < np; ++r) {
+    std::ifstream in(dir + "/" + std::to_string(r));
+    pid_t pid = 0;
+    if (!(in >> pid)) continue;  // never started far enough to record
+    EXPECT_NE(kill(pid, 0), 0) << "worker rank " << r << " (pid " << pid
+                               << ") is still alive";
+  }
+}
+
+TEST(KolorunJob, FourRanks500TensorsExactAndBitwiseIdentical) {
+  Result r = RunCommand({g_kolorun, "-np", "4", g_demo, "--tensors", "500",
+                  "--iterations", "2", "--max-elements", "65536"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::regex ok_line(R"(\[(\d)\] OK rank (\d) of 4: .* checksum ([0-9a-f]+))");
+  std::set<std::string> ranks, checksums;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), ok_line), end;
+       it != end; ++it) {
+    EXPECT_EQ((*it)[1], (*it)[2]) << "output prefix must be the rank";
+    ranks.insert((*it)[1]);
+    checksums.insert((*it)[3]);
+  }
+  EXPECT_EQ(ranks.size(), 4u) << r.output;
+  EXPECT_EQ(checksums.size(), 1u) << "results differ between ranks:\n" << r.output;
+}
+
+TEST(KolorunJob, WorkerExitingWithThreeFailsTheJobAndLeavesNothing) {
+  const std::string dir = MakeTempDir();
+  Result r = RunCommand({g_kolorun, "-np", "4", g_fault_worker, "--pid-dir", dir,
+                  "--fault-rank", "2", "--fault", "exit3"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "kolorun hung:\n" << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rank 2"));
+  EXPECT_THAT(r.output, HasSubstr("code 3"));
+  ExpectNoWorkerLeft(dir, 4);
+}
+
+TEST(KolorunJob, SigkilledWorkerIsNamedByEverySurvivor) {
+  const std::string dir = MakeTempDir();
+  Result r = RunCommand({g_kolorun, "-np", "4", "--grace-period", "20", g_fault_worker,
+                  "--pid-dir", dir, "--fault-rank", "1", "--fault", "sigkill",
+                  "--block-sigterm"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "kolorun hung:\n" << r.output;
+  // The launcher names the first failure...
+  EXPECT_THAT(r.output, HasSubstr("rank 1"));
+  EXPECT_THAT(r.output, HasSubstr("SIGKILL"));
+  // ...and every survivor's pending allreduce failed naming rank 1.
+  for (int rank : {0, 2, 3}) {
+    EXPECT_THAT(r.output, HasSubstr("[" + std::to_string(rank) + "] rank " +
+                                    std::to_string(rank) + " error: "))
+        << r.output;
+  }
+  std::regex lost(R"(\[\d\] rank \d error: [^\n]*rank 1 lost)");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), lost),
+                          std::sregex_iterator()),
+            3)
+      << r.output;
+  ExpectNoWorkerLeft(dir, 4);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s KOLORUN DEMO FAULT_WORKER\n", argv[0]);
+    return 2;
+  }
+  g_kolorun = argv[1];
+  g_demo = argv[2];
+  g_fault_worker = argv[3];
+  return RUN_ALL_TESTS();
+}
