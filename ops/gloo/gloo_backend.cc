@@ -7,43 +7,12 @@
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
 #include "gloo/broadcast.h"
-#include "gloo/rendezvous/context.h"
-#include "gloo/rendezvous/store.h"
-#include "gloo/transport/tcp/device.h"
 #include "ops/cpu/reduce.h"
+#include "ops/gloo/gloo_context.h"
 
 namespace kolo {
 namespace gloo_backend {
 namespace {
-
-// gloo's rendezvous Store on top of ours. gloo reports errors by throwing.
-class StoreAdapter : public ::gloo::rendezvous::Store {
- public:
-  StoreAdapter(std::shared_ptr<kolo::Store> store, absl::Duration timeout)
-      : store_(std::move(store)), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status s = store_->Set(key, std::string(data.begin(), data.end()));
-    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
-  }
-  std::vector<char> get(const std::string& key) override {
-    auto value = store_->Get(key, timeout_);
-    if (!value.ok()) throw std::runtime_error(std::string(value.status().message()));
-    return std::vector<char>(value->begin(), value->end());
-  }
-  void wait(const std::vector<std::string>& keys) override {
-    wait(keys, absl::ToChronoMilliseconds(timeout_));
-  }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    absl::Status s = store_->Wait(keys, absl::FromChrono(timeout));
-    if (!s.ok()) throw std::runtime_error(std::string(s.message()));
-  }
-
- private:
-  std::shared_ptr<kolo::Store> store_;
-  absl::Duration timeout_;
-};
 
 absl::Status GlooError(const char* what, const std::exception& e) {
   // gloo reports a dead or hung peer as an I/O error or a timeout.
@@ -64,21 +33,10 @@ class GlooBackend : public Backend {
 
   absl::Status Connect(const BackendContext& c) {
     if (size_ == 1) return absl::OkStatus();
-    try {
-      ::gloo::transport::tcp::attr attr;
-      attr.hostname = c.bind_addr;
-      device_ = ::gloo::transport::tcp::CreateDevice(attr);
-      auto context = std::make_shared<::gloo::rendezvous::Context>(rank_, size_);
-      context->setTimeout(absl::ToChronoMilliseconds(c.start_timeout));
-      StoreAdapter store(c.store, c.start_timeout);
-      context->connectFullMesh(store, device_);
-      context->setTimeout(absl::ToChronoMilliseconds(c.op_timeout));
-      context_ = std::move(context);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("gloo could not connect rank ", rank_, " to its ",
-                       size_ - 1, " peers: ", e.what()));
-    }
+    auto context = ConnectGlooContext(rank_, size_, c.store, c.bind_addr,
+                                      c.start_timeout, c.op_timeout);
+    if (!context.ok()) return context.status();
+    context_ = std::move(*context);
     return absl::OkStatus();
   }
 
@@ -162,7 +120,6 @@ class GlooBackend : public Backend {
  private:
   const int rank_;
   const int size_;
-  std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<::gloo::Context> context_;
 };
 

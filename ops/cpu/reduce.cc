@@ -1,0 +1,329 @@
+#include "ops/cpu/reduce.h"
+
+#include <cassert>
+#include <cstring>
+
+namespace kolo {
+namespace cpu {
+namespace {
+
+// Note [Vectorizable kernels]
+// Every kernel is one plain loop over __restrict pointers with the element
+// combiner inlined; the dispatch (dtype, op, aliasing) happens once, outside
+// the loop, so that GCC's auto-vectorizer sees straight-line bodies (check
+// with -fopt-info-vec). `out` may alias `a` and/or `b` exactly; each case gets
+// its own loop so that no two __restrict pointers name the same object.
+// Partially overlapping buffers are not supported.
+//
+// Floating-point Min/Max propagate NaN (like torch.minimum/maximum): the
+// result is NaN when either input is NaN. Integer Sum/Product wrap as the
+// same-width unsigned arithmetic would.
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+inline float BitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+// Branch-free (select-based) conversions so that float16/bfloat16 loops can
+// be if-converted too. Bit-exact: every half/bfloat16 value, including
+// subnormals, infinities and NaN payloads, survives 16 -> 32 -> 16 unchanged.
+inline float HalfToFloatImpl(uint16_t h) {
+  constexpr uint32_t kShiftedExp = 0x7c00u << 13;
+  uint32_t bits = (static_cast<uint32_t>(h) & 0x7fffu) << 13;
+  const uint32_t exp = bits & kShiftedExp;
+  bits += (127u - 15u) << 23;
+  // Inf/NaN: move the exponent to 255, keeping the payload bits.
+  const uint32_t inf_nan = bits + ((128u - 16u) << 23);
+  // Zero/subnormal: renormalize through one exact float subtraction.
+  const float magic = BitsToFloat(113u << 23);
+  const uint32_t subnormal = FloatBits(BitsToFloat(bits + (1u << 23)) - magic);
+  bits = exp == kShiftedExp ? inf_nan : (exp == 0 ? subnormal : bits);
+  return BitsToFloat(bits | ((static_cast<uint32_t>(h) & 0x8000u) << 16));
+}
+
+inline uint16_t FloatToHalfImpl(float f) {
+  constexpr uint32_t kFloatInf = 255u << 23;
+  constexpr uint32_t kHalfOverflow = (127u + 16u) << 23;  // 65536.0f
+  constexpr uint32_t kDenormMagic = ((127u - 15u) + (23u - 10u) + 1u) << 23;
+  uint32_t u = FloatBits(f);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  u &= 0x7fffffffu;
+
+  // NaN keeps the top 10 payload bits; if those are all zero, set the quiet
+  // bit so that the result is still a NaN and not infinity.
+  const uint32_t payload = (u >> 13) & 0x3ffu;
+  const uint32_t nan = 0x7c00u | (payload != 0 ? payload : 0x200u);
+  const uint32_t inf_nan = u > kFloatInf ? nan : 0x7c00u;
+  // Result is zero or subnormal: adding the magic number aligns the 10
+  // mantissa bits at the bottom and rounds to nearest even in hardware.
+  const uint32_t subnormal =
+      FloatBits(BitsToFloat(u) + BitsToFloat(kDenormMagic)) - kDenormMagic;
+  // Normal: rebias the exponent and round to nearest even by hand; a carry
+  // out of the mantissa correctly rounds up to the next exponent (or Inf).
+  const uint32_t mant_odd = (u >> 13) & 1u;
+  const uint32_t normal =
+      (u + (static_cast<uint32_t>(15 - 127) << 23) + 0xfffu + mant_odd) >> 13;
+
+  const uint32_t result =
+      u >= kHalfOverflow ? inf_nan : (u < (113u << 23) ? subnormal : normal);
+  return static_cast<uint16_t>(result | sign);
+}
+
+inline float Bfloat16ToFloatImpl(uint16_t b) {
+  return BitsToFloat(static_cast<uint32_t>(b) << 16);
+}
+
+inline uint16_t FloatToBfloat16Impl(float f) {
+  const uint32_t u = FloatBits(f);
+  const uint32_t upper = u >> 16;
+  // NaN: truncate, keeping sign and payload; force the quiet bit if the
+  // payload lived only in the dropped bits.
+  const uint32_t nan = (upper & 0x7fu) != 0 ? upper : (upper | 0x40u);
+  const uint32_t rounded = (u + 0x7fffu + (upper & 1u)) >> 16;
+  const bool is_nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return static_cast<uint16_t>(is_nan ? nan : rounded);
+}
+
+// ---- Element combiners -----------------------------------------------------
+
+template <typename T>
+struct Unsigned {
+  using type = T;
+};
+template <>
+struct Unsigned<int8_t> {
+  using type = uint8_t;
+};
+template <>
+struct Unsigned<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct Unsigned<int64_t> {
+  using type = uint64_t;
+};
+
+template <typename T>
+struct IntSum {
+  T operator()(T x, T y) const {
+    using U = typename Unsigned<T>::type;
+    return static_cast<T>(
+        static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+  }
+};
+template <typename T>
+struct IntProduct {
+  T operator()(T x, T y) const {
+    using U = typename Unsigned<T>::type;
+    // uint8 promotes to int, where 255 * 255 cannot overflow; wider types
+    // multiply as unsigned and wrap.
+    return static_cast<T>(
+        static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
+  }
+};
+template <typename T>
+struct IntMin {
+  T operator()(T x, T y) const { return y < x ? y : x; }
+};
+template <typename T>
+struct IntMax {
+  T operator()(T x, T y) const { return x < y ? y : x; }
+};
+
+template <typename T>
+struct FloatSum {
+  T operator()(T x, T y) const { return x + y; }
+};
+template <typename T>
+struct FloatProduct {
+  T operator()(T x, T y) const { return x * y; }
+};
+// NaN-propagating; with no NaN, returns x when x and y compare equal.
+template <typename T>
+struct FloatMin {
+  T operator()(T x, T y) const { return (y < x || y != y) ? y : x; }
+};
+template <typename T>
+struct FloatMax {
+  T operator()(T x, T y) const { return (x < y || y != y) ? y : x; }
+};
+
+// Lifts a float combiner to a 16-bit storage format.
+template <template <typename> class Op, float (*ToFloat)(uint16_t),
+          uint16_t (*FromFloat)(float)>
+struct Via16 {
+  uint16_t operator()(uint16_t x, uint16_t y) const {
+    return FromFloat(Op<float>()(ToFloat(x), ToFloat(y)));
+  }
+};
+template <template <typename> class Op>
+using HalfOp = Via16<Op, HalfToFloatImpl, FloatToHalfImpl>;
+template <template <typename> class Op>
+using Bf16Op = Via16<Op, Bfloat16ToFloatImpl, FloatToBfloat16Impl>;
+
+// ---- Loops (see Note [Vectorizable kernels]) --------------------------------
+
+template <typename T, typename Op>
+void Distinct(T* __restrict out, const T* __restrict a, const T* __restrict b,
+              size_t count) {
+  const Op op;
+  for (size_t i = 0; i < count; ++i) out[i] = op(a[i], b[i]);
+}
+
+template <typename T, typename Op>
+void IntoLeft(T* __restrict inout, const T* __restrict b, size_t count) {
+  const Op op;
+  for (size_t i = 0; i < count; ++i) inout[i] = op(inout[i], b[i]);
+}
+
+template <typename T, typename Op>
+void IntoRight(T* __restrict inout, const T* __restrict a, size_t count) {
+  const Op op;
+  for (size_t i = 0; i < count; ++i) inout[i] = op(a[i], inout[i]);
+}
+
+template <typename T, typename Op>
+void WithSelf(T* __restrict inout, size_t count) {
+  const Op op;
+  for (size_t i = 0; i < count; ++i) inout[i] = op(inout[i], inout[i]);
+}
+
+template <typename T, typename Op>
+void Run(void* out, const void* a, const void* b, size_t count) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  if (o == x && o == y) {
+    WithSelf<T, Op>(o, count);
+  } else if (o == x) {
+    IntoLeft<T, Op>(o, y, count);
+  } else if (o == y) {
+    IntoRight<T, Op>(o, x, count);
+  } else {
+    Distinct<T, Op>(o, x, y, count);
+  }
+}
+
+template <typename T>
+void ReduceInt(ReduceOp op, void* out, const void* a, const void* b,
+               size_t count) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return Run<T, IntSum<T>>(out, a, b, count);
+    case ReduceOp::kMin:
+      return Run<T, IntMin<T>>(out, a, b, count);
+    case ReduceOp::kMax:
+      return Run<T, IntMax<T>>(out, a, b, count);
+    case ReduceOp::kProduct:
+      return Run<T, IntProduct<T>>(out, a, b, count);
+  }
+}
+
+template <typename T>
+void ReduceFloat(ReduceOp op, void* out, const void* a, const void* b,
+                 size_t count) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return Run<T, FloatSum<T>>(out, a, b, count);
+    case ReduceOp::kMin:
+      return Run<T, FloatMin<T>>(out, a, b, count);
+    case ReduceOp::kMax:
+      return Run<T, FloatMax<T>>(out, a, b, count);
+    case ReduceOp::kProduct:
+      return Run<T, FloatProduct<T>>(out, a, b, count);
+  }
+}
+
+template <template <template <typename> class> class Lift>
+void Reduce16(ReduceOp op, void* out, const void* a, const void* b,
+              size_t count) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return Run<uint16_t, Lift<FloatSum>>(out, a, b, count);
+    case ReduceOp::kMin:
+      return Run<uint16_t, Lift<FloatMin>>(out, a, b, count);
+    case ReduceOp::kMax:
+      return Run<uint16_t, Lift<FloatMax>>(out, a, b, count);
+    case ReduceOp::kProduct:
+      return Run<uint16_t, Lift<FloatProduct>>(out, a, b, count);
+  }
+}
+
+template <typename T>
+void ScaleLoop(T* __restrict data, size_t count, T factor) {
+  for (size_t i = 0; i < count; ++i) data[i] *= factor;
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void Scale16(uint16_t* __restrict data, size_t count, float factor) {
+  for (size_t i = 0; i < count; ++i) {
+    data[i] = FromFloat(ToFloat(data[i]) * factor);
+  }
+}
+
+}  // namespace
+
+void Reduce(ReduceOp op, DataType dtype, void* out, const void* a,
+            const void* b, size_t count) {
+  if (count == 0) return;
+  switch (dtype) {
+    case DataType::kUint8:
+      return ReduceInt<uint8_t>(op, out, a, b, count);
+    case DataType::kInt8:
+      return ReduceInt<int8_t>(op, out, a, b, count);
+    case DataType::kInt32:
+      return ReduceInt<int32_t>(op, out, a, b, count);
+    case DataType::kInt64:
+      return ReduceInt<int64_t>(op, out, a, b, count);
+    case DataType::kFloat16:
+      return Reduce16<HalfOp>(op, out, a, b, count);
+    case DataType::kBfloat16:
+      return Reduce16<Bf16Op>(op, out, a, b, count);
+    case DataType::kFloat32:
+      return ReduceFloat<float>(op, out, a, b, count);
+    case DataType::kFloat64:
+      return ReduceFloat<double>(op, out, a, b, count);
+  }
+}
+
+void Scale(DataType dtype, void* data, size_t count, double factor) {
+  switch (dtype) {
+    case DataType::kFloat16:
+      return Scale16<HalfToFloatImpl, FloatToHalfImpl>(
+          static_cast<uint16_t*>(data), count, static_cast<float>(factor));
+    case DataType::kBfloat16:
+      return Scale16<Bfloat16ToFloatImpl, FloatToBfloat16Impl>(
+          static_cast<uint16_t*>(data), count, static_cast<float>(factor));
+    case DataType::kFloat32:
+      return ScaleLoop(static_cast<float*>(data), count,
+                       static_cast<float>(factor));
+    case DataType::kFloat64:
+      return ScaleLoop(static_cast<double*>(data), count, factor);
+    case DataType::kUint8:
+    case DataType::kInt8:
+    case DataType::kInt32:
+    case DataType::kInt64:
+      // Integer tensors are never scaled: the runtime rejects averaging and
+      // scale factors for them before any data moves.
+      assert(false && "Scale() on an integer dtype");
+      return;
+  }
+}
+
+float HalfToFloat(uint16_t h) { return HalfToFloatImpl(h); }
+uint16_t FloatToHalf(float f) { return FloatToHalfImpl(f); }
+float Bfloat16ToFloat(uint16_t b) { return Bfloat16ToFloatImpl(b); }
+uint16_t FloatToBfloat16(float f) { return FloatToBfloat16Impl(f); }
+
+}  // namespace cpu
+}  // namespace kolo

@@ -1,0 +1,163 @@
+// Unit tests of the launcher's pieces that need no running job.
+#include "tools/kolorun/launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "tools/kolorun/args.h"
+#include "tools/kolorun/output.h"
+#include "tools/kolorun/process.h"
+#include "tools/kolorun/secret_file.h"
+
+namespace kolo {
+namespace kolorun {
+namespace {
+
+bool Has(const std::vector<std::string>& env, const std::string& entry) {
+  return std::find(env.begin(), env.end(), entry) != env.end();
+}
+
+int CountName(const std::vector<std::string>& env, const std::string& name) {
+  return std::count_if(env.begin(), env.end(), [&](const std::string& e) {
+    return absl::StartsWith(e, name + "=");
+  });
+}
+
+TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
+  LaunchOptions options;
+  options.num_proc = 4;
+  options.start_timeout = absl::Milliseconds(2500);
+  const std::vector<std::string> env = WorkerEnvironment(
+      {"PATH=/bin", "HOME=/root"}, options, 2, 4242, "/tmp/kolo-secret-x", 16);
+  for (const char* entry :
+       {"PATH=/bin", "HOME=/root", "KOLO_RANK=2", "KOLO_SIZE=4",
+        "KOLO_LOCAL_RANK=2", "KOLO_LOCAL_SIZE=4", "KOLO_CROSS_RANK=0",
+        "KOLO_CROSS_SIZE=1", "KOLO_RENDEZVOUS_ADDR=127.0.0.1",
+        "KOLO_RENDEZVOUS_PORT=4242", "KOLO_SECRET_FILE=/tmp/kolo-secret-x",
+        "KOLO_START_TIMEOUT=2.5", "OMP_NUM_THREADS=4"}) {
+    EXPECT_TRUE(Has(env, entry)) << entry;
+  }
+  EXPECT_EQ(env.size(), 13u);
+}
+
+TEST(WorkerEnvironmentTest, ReplacesInheritedJobVariablesAndDropsTheSecret) {
+  LaunchOptions options;
+  options.num_proc = 2;
+  const std::vector<std::string> env = WorkerEnvironment(
+      {"KOLO_RANK=9", "KOLO_SECRET=abc", "KOLO_SECRET_FILE=/elsewhere",
+       "KOLO_RENDEZVOUS_PORT=1", "KOLO_OP_TIMEOUT=30"},
+      options, 1, 5000, "/tmp/s", 1);
+  EXPECT_EQ(CountName(env, "KOLO_SECRET"), 0);
+  EXPECT_EQ(CountName(env, "KOLO_RANK"), 1);
+  EXPECT_TRUE(Has(env, "KOLO_RANK=1"));
+  EXPECT_TRUE(Has(env, "KOLO_SECRET_FILE=/tmp/s"));
+  EXPECT_TRUE(Has(env, "KOLO_RENDEZVOUS_PORT=5000"));
+  EXPECT_TRUE(Has(env, "KOLO_OP_TIMEOUT=30"));  // Not kolorun's business.
+  EXPECT_TRUE(Has(env, "OMP_NUM_THREADS=1"));   // max(1, 1 / 2)
+  EXPECT_TRUE(Has(env, "KOLO_START_TIMEOUT=60"));
+}
+
+TEST(WorkerEnvironmentTest, KeepsStartTimeoutAndOmpThreadsAlreadySet) {
+  LaunchOptions options;
+  options.num_proc = 2;
+  const std::vector<std::string> env = WorkerEnvironment(
+      {"KOLO_START_TIMEOUT=7", "OMP_NUM_THREADS=3"}, options, 0, 1, "/s", 64);
+  EXPECT_TRUE(Has(env, "KOLO_START_TIMEOUT=7"));
+  EXPECT_TRUE(Has(env, "OMP_NUM_THREADS=3"));
+  EXPECT_EQ(CountName(env, "KOLO_START_TIMEOUT"), 1);
+  EXPECT_EQ(CountName(env, "OMP_NUM_THREADS"), 1);
+}
+
+TEST(DescribeWaitStatusTest, ExitCodesAndSignalNames) {
+  EXPECT_EQ(DescribeWaitStatus(3 << 8), "exited with code 3");
+  EXPECT_EQ(DescribeWaitStatus(0), "exited with code 0");
+  EXPECT_EQ(DescribeWaitStatus(SIGKILL), "was killed by signal SIGKILL");
+  EXPECT_EQ(DescribeWaitStatus(SIGSEGV | 0x80),
+            "was killed by signal SIGSEGV (core dumped)");
+  EXPECT_EQ(SignalName(SIGTERM), "SIGTERM");
+  EXPECT_EQ(SignalName(SIGINT), "SIGINT");
+}
+
+// Runs a forwarder over a pipe fed with `input`, writing into a temp file.
+std::string Forward(int rank, const std::string& input) {
+  int pipe_fds[2];
+  EXPECT_EQ(pipe(pipe_fds), 0);
+  const char* tmpdir = getenv("TEST_TMPDIR");
+  std::string templ = std::string(tmpdir ? tmpdir : "/tmp") + "/fwd_XXXXXX";
+  const int target = mkstemp(templ.data());
+  EXPECT_GE(target, 0) << templ;
+  {
+    LineForwarder forwarder(rank, pipe_fds[0], target);
+    // A writer thread: the input may exceed the pipe's capacity.
+    std::thread writer([&] {
+      WriteFully(pipe_fds[1], input);
+      close(pipe_fds[1]);
+    });
+    while (forwarder.fd() >= 0) {
+      struct pollfd p = {forwarder.fd(), POLLIN, 0};
+      poll(&p, 1, -1);
+      forwarder.ReadAvailable();
+    }
+    writer.join();
+  }
+  close(target);
+  std::ifstream in(templ);
+  std::stringstream out;
+  out << in.rdbuf();
+  unlink(templ.c_str());
+  return out.str();
+}
+
+TEST(LineForwarderTest, PrefixesEveryLineAndFlushesThePartialOneAtEof) {
+  EXPECT_EQ(Forward(3, "a\nbb\n\nccc"), "[3] a\n[3] bb\n[3] \n[3] ccc\n");
+  EXPECT_EQ(Forward(0, ""), "");
+  EXPECT_EQ(Forward(12, "x\n"), "[12] x\n");
+}
+
+TEST(LineForwarderTest, SplitsOverlongLines) {
+  const std::string input(200 * 1024, 'z');
+  const std::string out = Forward(1, input);
+  EXPECT_EQ(std::count(out.begin(), out.end(), 'z'), 200 * 1024);
+  EXPECT_GE(std::count(out.begin(), out.end(), '\n'), 3);
+  EXPECT_TRUE(absl::StartsWith(out, "[1] zzz"));
+}
+
+TEST(SecretFileTest, PrivateFileRemovedOnDestruction) {
+  std::string path;
+  {
+    auto file = SecretFile::Create("0123abcd");
+    ASSERT_TRUE(file.ok()) << file.status();
+    path = (*file)->path();
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    std::ifstream in(path);
+    std::string content;
+    in >> content;
+    EXPECT_EQ(content, "0123abcd");
+    const char* tmpdir = getenv("TMPDIR");
+    if (tmpdir && *tmpdir) {
+      EXPECT_TRUE(absl::StartsWith(path, std::string(tmpdir) + "/kolo-secret-"))
+          << path;
+    }
+  }
+  struct stat st;
+  EXPECT_NE(stat(path.c_str(), &st), 0);
+}
+
+}  // namespace
+}  // namespace kolorun
+}  // namespace kolo

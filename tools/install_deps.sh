@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kolo needs, if any is missing. Idempotent and
+# safe to rerun; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap bazel-platforms bazel-skylib bazel-rules-java bazel-rules-proto
+  g++ libgloo-dev libabsl-dev libprotobuf-dev protobuf-compiler
+  libssl-dev libgtest-dev libgmock-dev
+  procps iproute2
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >&2
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2

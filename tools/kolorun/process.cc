@@ -1,0 +1,149 @@
+#include "tools/kolorun/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kolo {
+namespace kolorun {
+namespace {
+
+// Marks every descriptor from 3 up close-on-exec. Async-signal-safe; `max_fd`
+// is computed before fork for the fallback on kernels without close_range.
+void CloseOnExecFrom3(int max_fd) {
+  if (syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC) == 0) return;
+  for (int fd = 3; fd < max_fd; ++fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+int MaxFd() {
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 &&
+      limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < (1u << 20)) {
+    return static_cast<int>(limit.rlim_cur);
+  }
+  return 1 << 20;
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  pointers.reserve(strings.size() + 1);
+  for (const std::string& s : strings)
+    pointers.push_back(const_cast<char*>(s.c_str()));
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+[[noreturn]] void ExecChild(const WorkerLaunch& launch,
+                            const SignalPipe& signals, char* const* argv,
+                            char* const* envp, pid_t parent, int max_fd,
+                            int status_fd) {
+  signals.ResetInChild();
+  sigset_t none;
+  sigemptyset(&none);
+  // Own process group first: from here on a teardown that signals the group
+  // reaches this process, whatever it execs.
+  setpgid(0, 0);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) {
+    _exit(127);  // kolorun is already gone.
+  }
+  if (dup2(launch.stdin_fd, 0) < 0 || dup2(launch.stdout_fd, 1) < 0 ||
+      dup2(launch.stderr_fd, 2) < 0) {
+    const int error = errno;
+    (void)!write(status_fd, &error, sizeof(error));
+    _exit(127);
+  }
+  CloseOnExecFrom3(max_fd);  // status_fd is close-on-exec already.
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execvpe(argv[0], argv, envp);
+  const int error = errno;
+  (void)!write(status_fd, &error, sizeof(error));
+  _exit(127);
+}
+
+}  // namespace
+
+SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals) {
+  SpawnResult result;
+  // Everything the child needs is built here: after fork it may only make
+  // async-signal-safe calls (the store server's threads exist).
+  std::vector<char*> argv = CStrings(launch.argv);
+  std::vector<char*> envp = CStrings(launch.env);
+  const int max_fd = MaxFd();
+  const pid_t parent = getpid();
+
+  int status_pipe[2];
+  if (pipe2(status_pipe, O_CLOEXEC) != 0) {
+    result.status = absl::InternalError(
+        absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
+    return result;
+  }
+  // No signal handler may run in the child before ResetInChild(): it would
+  // write into kolorun's signal pipe.
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    ExecChild(launch, signals, argv.data(), envp.data(), parent, max_fd,
+              status_pipe[1]);
+  }
+  const int fork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  close(status_pipe[1]);
+  if (pid < 0) {
+    close(status_pipe[0]);
+    result.status = absl::ResourceExhaustedError(
+        absl::StrCat("fork failed: ", std::strerror(fork_errno)));
+    return result;
+  }
+  result.pid = pid;
+  // Also here, so that the group exists before anyone signals it, whichever
+  // of parent and child runs first (EACCES once the child has exec'ed).
+  setpgid(pid, pid);
+
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = read(status_pipe[0], &child_errno, sizeof(child_errno));
+  } while (n < 0 && errno == EINTR);
+  close(status_pipe[0]);
+  if (n == sizeof(child_errno)) {
+    result.status =
+        absl::NotFoundError(absl::StrCat("cannot execute \"", launch.argv[0],
+                                         "\": ", std::strerror(child_errno)));
+  }
+  return result;
+}
+
+std::string SignalName(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  if (abbrev == nullptr) return absl::StrCat("signal ", signo);
+  return absl::StrCat("SIG", abbrev);
+}
+
+std::string DescribeWaitStatus(int wait_status) {
+  if (WIFEXITED(wait_status)) {
+    return absl::StrCat("exited with code ", WEXITSTATUS(wait_status));
+  }
+  if (WIFSIGNALED(wait_status)) {
+    return absl::StrCat("was killed by signal ",
+                        SignalName(WTERMSIG(wait_status)),
+                        WCOREDUMP(wait_status) ? " (core dumped)" : "");
+  }
+  return absl::StrCat("ended with wait status ", wait_status);
+}
+
+}  // namespace kolorun
+}  // namespace kolo
