@@ -142,6 +142,21 @@ TEST(KolorunJob, SigkilledWorkerIsNamedByEverySurvivor) {
   ExpectNoWorkerLeft(dir, 4);
 }
 
+TEST(KolorunJob, KilledCoordinatorIsReportedAsLostCoordinator) {
+  const std::string dir = MakeTempDir();
+  Result r = RunCommand({g_kolorun, "-np", "3", "--grace-period", "20",
+                         g_fault_worker, "--pid-dir", dir, "--fault-rank", "0",
+                         "--fault", "sigkill", "--block-sigterm"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "kolorun hung:\n" << r.output;
+  std::regex lost(R"(\[\d\] rank \d error: [^\n]*lost coordinator \(rank 0\))");
+  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), lost),
+                          std::sregex_iterator()),
+            2)
+      << r.output;
+  ExpectNoWorkerLeft(dir, 3);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
