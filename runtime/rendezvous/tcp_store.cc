@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/net/socket.h"
+#include "runtime/rendezvous/in_memory_store.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
@@ -59,117 +60,6 @@ absl::Duration FromWireTimeout(int64_t timeout_ms) {
   return absl::Milliseconds(std::max<int64_t>(0, timeout_ms));
 }
 
-// The server's data: the same semantics as the in-memory store, plus
-// Shutdown(), which wakes every parked GET/WAIT so that Stop() can join the
-// connection threads without waiting out their timeouts.
-class ServerState : public Store {
- public:
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      data_[key] = value;
-    }
-    changed_.notify_all();
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<std::string> Get(const std::string& key,
-                                  absl::Duration timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto present = [&] { return data_.count(key) > 0; };
-    if (WaitFor(lock, timeout, present)) return data_[key];
-    if (shut_down_) return ShuttingDown();
-    return absl::DeadlineExceededError(
-        absl::StrCat("timed out after ", absl::FormatDuration(timeout),
-                     " waiting for store key \"", key, "\""));
-  }
-
-  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
-    int64_t result = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      int64_t current = 0;
-      auto it = data_.find(key);
-      if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "store key \"", key, "\" holds a value that is not an integer (",
-            it->second.size(), " bytes); cannot add ", delta, " to it"));
-      }
-      if (__builtin_add_overflow(current, delta, &result)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("adding ", delta, " to store key \"", key,
-                         "\" (value ", current, ") overflows int64"));
-      }
-      data_[key] = absl::StrCat(result);
-    }
-    changed_.notify_all();
-    return result;
-  }
-
-  absl::Status Wait(const std::vector<std::string>& keys,
-                    absl::Duration timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto all_present = [&] {
-      for (const std::string& key : keys) {
-        if (data_.count(key) == 0) return false;
-      }
-      return true;
-    };
-    if (WaitFor(lock, timeout, all_present)) return absl::OkStatus();
-    if (shut_down_) return ShuttingDown();
-    std::vector<std::string> missing;
-    for (const std::string& key : keys) {
-      if (data_.count(key) == 0)
-        missing.push_back(absl::StrCat("\"", key, "\""));
-    }
-    return absl::DeadlineExceededError(absl::StrCat(
-        "timed out after ", absl::FormatDuration(timeout),
-        " waiting for store keys; missing: ", absl::StrJoin(missing, ", ")));
-  }
-
-  absl::StatusOr<bool> Check(const std::string& key) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return data_.count(key) > 0;
-  }
-
-  void Shutdown() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      shut_down_ = true;
-    }
-    changed_.notify_all();
-  }
-
- private:
-  static absl::Status ShuttingDown() {
-    return absl::UnavailableError(
-        "the rendezvous store server is shutting down");
-  }
-
-  // Waits until `ready` holds (true), or the timeout passes or the server
-  // shuts down (false). Woken by every change: nothing polls.
-  template <typename Predicate>
-  bool WaitFor(std::unique_lock<std::mutex>& lock, absl::Duration timeout,
-               Predicate ready) {
-    auto done = [&] { return shut_down_ || ready(); };
-    if (timeout >= kForever) {
-      changed_.wait(lock, done);
-    } else {
-      if (timeout < absl::ZeroDuration()) timeout = absl::ZeroDuration();
-      changed_.wait_until(
-          lock,
-          std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout),
-          done);
-    }
-    return ready();
-  }
-
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> data_;  // guarded by mu_
-  bool shut_down_ = false;                   // guarded by mu_
-};
-
 // --- Server ---
 
 // Threads: one accept thread, and one thread per connection that runs the
@@ -183,7 +73,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
       : listener_(std::move(listener)),
         port_(listener_.port()),
         secret_(std::move(secret)),
-        state_(std::make_shared<ServerState>()) {}
+        state_(std::make_shared<InMemoryStore>()) {}
 
   ~TcpStoreServerImpl() override { Stop(); }
 
@@ -356,7 +246,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   net::Listener listener_;
   const int port_;
   const std::string secret_;
-  const std::shared_ptr<ServerState> state_;
+  const std::shared_ptr<InMemoryStore> state_;
   std::atomic<int64_t> auth_failures_{0};
   std::thread accept_thread_;
 

@@ -155,9 +155,9 @@ TEST(TcpStoreTest, StopWhileAClientIsBlockedInGet) {
   ASSERT_NE(client, nullptr);
   absl::StatusOr<std::string> got = absl::UnknownError("not run");
   std::thread getter([&] {
-    if (client->Set("getter-ready", "1").ok()) {
-      got = client->Get("never-set", absl::Seconds(300));
-    }
+    // Stop may already cut the SET's reply; the GET must fail either way.
+    client->Set("getter-ready", "1").IgnoreError();
+    got = client->Get("never-set", absl::Seconds(300));
   });
   // The getter's GET follows its SET on the same connection, so it is on
   // its way (or parked) by now; Stop must end it either way.
