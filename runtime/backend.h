@@ -50,6 +50,16 @@ class Backend {
   // `output` in rank order.
   virtual absl::Status Allgatherv(const void* input, void* output,
                                   const std::vector<size_t>& bytes_per_rank) = 0;
+  // Rank r sends send_bytes[k] bytes (consecutive in `input`, in rank
+  // order) to rank k and receives recv_bytes[r] bytes from rank r into
+  // `output`, in rank order.
+  virtual absl::Status Alltoallv(const void* input,
+                                 const std::vector<size_t>& send_bytes,
+                                 void* output,
+                                 const std::vector<size_t>& recv_bytes) = 0;
+  // out[i] = op(out[i], in[i]) on the backend's device.
+  virtual void Combine(void* out, const void* in, size_t count, DataType dtype,
+                       ReduceOp op) = 0;
   // data[i] *= factor on the backend's device (floating point dtypes).
   virtual void Scale(void* data, size_t count, DataType dtype,
                      double factor) = 0;

@@ -1,209 +1,57 @@
 #include "runtime/controller.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kolo/tensor.h"
-#include "kolo/types.h"
+#include "runtime/fusion.h"
 
 namespace kolo {
 namespace {
 
-std::string RankList(const std::vector<int>& ranks) {
-  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
-                      absl::StrJoin(ranks, ", "));
-}
+constexpr char kJoinName[] = "__kolo_join__";
 
-// If the values differ between ranks, returns "what mismatch: rank 0 has X,
-// ranks 1, 2 have Y" (ranks grouped by value, in order of first rank).
-std::optional<std::string> Mismatch(const std::string& what,
-                                    const std::vector<std::string>& values) {
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (int r = 0; r < static_cast<int>(values.size()); ++r) {
-    bool found = false;
-    for (auto& g : groups) {
-      if (g.first == values[r]) {
-        g.second.push_back(r);
-        found = true;
-        break;
-      }
-    }
-    if (!found) groups.push_back({values[r], {r}});
-  }
-  if (groups.size() == 1) return std::nullopt;
-  std::vector<std::string> parts;
-  for (const auto& g : groups) {
-    parts.push_back(absl::StrCat(RankList(g.second),
-                                 g.second.size() == 1 ? " has " : " have ",
-                                 g.first));
-  }
-  return absl::StrCat(what, " mismatch: ", absl::StrJoin(parts, "; "));
-}
-
-template <typename F>
-std::vector<std::string> Values(const std::vector<wire::Request>& by_rank,
-                                F&& f) {
-  std::vector<std::string> out;
-  out.reserve(by_rank.size());
-  for (const auto& r : by_rank) out.push_back(f(r));
-  return out;
-}
-
-std::string Shape(const wire::Request& r) {
-  return ShapeToString({r.shape().begin(), r.shape().end()});
-}
-
-std::string TrailingShape(const wire::Request& r) {
-  if (r.shape_size() == 0) return "a scalar";
-  std::vector<int64_t> dims(r.shape().begin() + 1, r.shape().end());
-  return absl::StrCat("rank-", r.shape_size(), " shape [*",
-                      dims.empty() ? "" : ",",
-                      absl::StrJoin(dims, ","), "]");
-}
-
-std::string Scale(double v) { return absl::StrCat(v); }
-
-wire::Response Error(const std::string& name, wire::CollectiveType type,
-                     absl::StatusCode code, const std::string& detail) {
-  wire::Response e;
-  e.set_type(wire::RESPONSE_ERROR);
-  e.add_names(name);
-  e.set_error_code(static_cast<int>(code));
-  e.set_error(absl::StrCat(CollectiveName(type), " \"", name, "\": ", detail));
-  return e;
+bool IsData(const wire::Response& r) {
+  return r.type() != wire::RESPONSE_ERROR;
 }
 
 }  // namespace
 
-const char* CollectiveName(wire::CollectiveType type) {
-  switch (type) {
-    case wire::ALLREDUCE: return "allreduce";
-    case wire::BROADCAST: return "broadcast";
-    case wire::ALLGATHER: return "allgather";
-    default: return "collective";
-  }
-}
+Coordinator::Coordinator(Config config)
+    : config_(std::move(config)),
+      size_(static_cast<int>(config_.global_ranks.size())),
+      cache_(config_.cache_capacity),
+      acked_(size_, 0) {}
 
-wire::Response BuildResponse(const std::vector<wire::Request>& by_rank) {
-  const wire::Request& first = by_rank.front();
-  const std::string& name = first.name();
-  auto check = [&](const std::string& what, auto&& f)
-      -> std::optional<wire::Response> {
-    if (auto m = Mismatch(what, Values(by_rank, f))) {
-      return Error(name, first.type(), absl::StatusCode::kInvalidArgument, *m);
-    }
-    return std::nullopt;
-  };
-  std::optional<wire::Response> err;
-  if ((err = check("collective", [](const wire::Request& r) {
-         return std::string(CollectiveName(r.type()));
-       })) ||
-      (err = check("dtype", [](const wire::Request& r) {
-         return std::string(DataTypeName(static_cast<DataType>(r.dtype())));
-       })) ||
-      (err = check("device", [](const wire::Request& r) {
-         return Device{static_cast<DeviceType>(r.device_type()),
-                       r.device_index()}
-             .ToString();
-       }))) {
-    return *err;
-  }
-  switch (first.type()) {
-    case wire::ALLREDUCE:
-      if ((err = check("shape", Shape)) ||
-          (err = check("reduce op", [](const wire::Request& r) {
-             return std::string(ReduceOpName(static_cast<ReduceOp>(r.op())));
-           })) ||
-          (err = check("prescale factor",
-                       [](const wire::Request& r) { return Scale(r.prescale()); })) ||
-          (err = check("postscale factor", [](const wire::Request& r) {
-             return Scale(r.postscale());
-           }))) {
-        return *err;
-      }
-      break;
-    case wire::BROADCAST:
-      if ((err = check("root", [](const wire::Request& r) {
-             return absl::StrCat("root ", r.root());
-           })) ||
-          (err = check("shape", Shape))) {
-        return *err;
-      }
-      break;
-    case wire::ALLGATHER:
-      if ((err = check("shape", TrailingShape))) return *err;
-      break;
-    default:
-      return Error(name, first.type(), absl::StatusCode::kInvalidArgument,
-                   "unknown collective type");
-  }
-
-  wire::Response resp;
-  resp.add_names(name);
-  resp.set_dtype(first.dtype());
-  resp.set_device_type(first.device_type());
-  resp.set_device_index(first.device_index());
-  int64_t elements = 1;
-  switch (first.type()) {
-    case wire::ALLREDUCE:
-      resp.set_type(wire::RESPONSE_ALLREDUCE);
-      resp.set_op(first.op());
-      resp.set_prescale(first.prescale());
-      resp.set_postscale(first.postscale());
-      for (int64_t d : first.shape()) elements *= d;
-      break;
-    case wire::BROADCAST:
-      resp.set_type(wire::RESPONSE_BROADCAST);
-      resp.set_root(first.root());
-      for (int64_t d : first.shape()) elements *= d;
-      break;
-    default:
-      resp.set_type(wire::RESPONSE_ALLGATHER);
-      for (int i = 1; i < first.shape_size(); ++i) elements *= first.shape(i);
-      for (const auto& r : by_rank) resp.add_first_dims(r.shape(0));
-      break;
-  }
-  resp.add_elements(elements);
-  return resp;
+std::string Coordinator::RankLabel(int rank) const {
+  return absl::StrCat(config_.global_ranks[rank]);
 }
 
 void Coordinator::AddRequests(int rank, const wire::RequestList& list,
                               absl::Time now) {
+  acked_[rank] = std::max(acked_[rank], list.acked_seq());
+  cache_.PruneGraveyard(*std::min_element(acked_.begin(), acked_.end()));
+  for (int64_t id : list.cached_ids()) {
+    const wire::Request* request = cache_.Find(id);
+    if (!request) continue;  // Cannot happen: ids outlive every ack.
+    ++cache_hits_received_;
+    Add(rank, *request, id, now);
+  }
   for (const wire::Request& request : list.requests()) {
-    auto [it, inserted] = pending_.try_emplace(request.name());
-    Pending& p = it->second;
-    if (inserted) {
-      p.by_rank.resize(size_);
-      p.first_seen = now;
-    }
-    if (p.by_rank[rank].has_value()) continue;  // Rejected on the rank.
-    p.by_rank[rank] = request;
-    p.by_rank[rank]->set_rank(rank);
-    ++p.count;
-    // A name that a departed rank never submitted can never become ready.
-    std::vector<int> gone;
-    for (int r : shutdown_) {
-      if (!p.by_rank[r].has_value()) gone.push_back(r);
-    }
-    if (!gone.empty()) {
-      FailPending(request.name(), p, static_cast<int>(absl::StatusCode::kAborted),
-                  absl::StrCat(RankList(gone),
-                               " shut down without submitting it"),
-                  now);
-      pending_.erase(it);
-    } else if (p.count == size_) {
-      MakeReady(request.name(), p, now);
-      pending_.erase(it);
+    ++requests_received_;
+    if (request.type() == wire::JOIN) {
+      AddJoin(rank, now);
+    } else {
+      Add(rank, request, -1, now);
     }
   }
   if (list.shutdown() && shutdown_.insert(rank).second) {
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (!it->second.by_rank[rank].has_value()) {
-        FailPending(it->first, it->second,
-                    static_cast<int>(absl::StatusCode::kAborted),
-                    absl::StrCat("rank ", rank,
+        FailPending(it->first, it->second, absl::StatusCode::kAborted,
+                    absl::StrCat("rank ", RankLabel(rank),
                                  " shut down without submitting it"),
                     now);
         it = pending_.erase(it);
@@ -214,45 +62,168 @@ void Coordinator::AddRequests(int rank, const wire::RequestList& list,
   }
 }
 
-void Coordinator::MakeReady(const std::string& name, Pending& p,
-                            absl::Time now) {
-  std::vector<wire::Request> by_rank;
-  by_rank.reserve(size_);
-  for (auto& r : p.by_rank) by_rank.push_back(std::move(*r));
-  ready_.push_back({BuildResponse(by_rank), now});
-}
-
-std::string Coordinator::RanksWhere(const Pending& p, bool submitted) const {
-  std::vector<int> ranks;
-  for (int r = 0; r < size_; ++r) {
-    if (p.by_rank[r].has_value() == submitted) ranks.push_back(r);
+void Coordinator::Add(int rank, wire::Request request, int64_t cache_id,
+                      absl::Time now) {
+  auto [it, inserted] = pending_.try_emplace(request.name());
+  Pending& p = it->second;
+  if (inserted) {
+    p.by_rank.resize(size_);
+    p.cache_id.assign(size_, -1);
+    p.first_seen = now;
+    if (config_.timeline) config_.timeline->Begin(request.name(), "NEGOTIATE");
   }
-  return RankList(ranks);
+  if (p.by_rank[rank].has_value()) return;  // Rejected on the rank already.
+  request.set_rank(rank);
+  p.by_rank[rank] = std::move(request);
+  p.cache_id[rank] = cache_id;
+  ++p.count;
+  // A name that a departed rank never submitted can never become ready.
+  std::vector<std::string> gone;
+  for (int r : shutdown_) {
+    if (!p.by_rank[r].has_value()) gone.push_back(RankLabel(r));
+  }
+  if (!gone.empty()) {
+    FailPending(it->first, p, absl::StatusCode::kAborted,
+                absl::StrCat(gone.size() == 1 ? "rank " : "ranks ",
+                             absl::StrJoin(gone, ", "),
+                             " shut down without submitting it"),
+                now);
+    pending_.erase(it);
+    return;
+  }
+  MaybeReady(it, now);
 }
 
-void Coordinator::FailPending(const std::string& name, const Pending& p,
-                              int code, const std::string& message,
-                              absl::Time now) {
-  wire::CollectiveType type = wire::ALLREDUCE;
-  for (const auto& r : p.by_rank) {
-    if (r.has_value()) {
-      type = r->type();
+void Coordinator::AddJoin(int rank, absl::Time now) {
+  if (!joined_.insert(rank).second) return;
+  last_joined_ = rank;
+  if (static_cast<int>(joined_.size()) == size_) {
+    wire::Response done;
+    done.set_type(wire::RESPONSE_JOIN);
+    done.add_names(kJoinName);
+    done.add_elements(0);
+    done.set_value(config_.global_ranks[last_joined_]);
+    joined_.clear();
+    PushReady({std::move(done), now, {}, -1});
+    return;
+  }
+  // Names that waited only for this rank may now be ready.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    MaybeReady(it, now);
+    it = next;
+  }
+}
+
+void Coordinator::MaybeReady(std::map<std::string, Pending>::iterator it,
+                             absl::Time now) {
+  Pending& p = it->second;
+  std::vector<const wire::Request*> by_rank(size_, nullptr);
+  for (int r = 0; r < size_; ++r) {
+    if (p.by_rank[r].has_value()) {
+      by_rank[r] = &*p.by_rank[r];
+    } else if (!joined_.count(r)) {
+      return;  // Still waiting for rank r.
+    }
+  }
+  if (p.count == 0) return;
+  Ready ready;
+  ready.response = BuildResponse(by_rank, config_.global_ranks);
+  ready.ready_at = now;
+  for (const auto* r : by_rank) {
+    if (r) {
+      ready.canonical = *r;
+      ready.canonical.set_rank(0);
       break;
     }
   }
-  wire::Response e = Error(name, type, static_cast<absl::StatusCode>(code),
-                           message);
-  e.set_error(absl::StrCat(e.error(), " (submitted by ",
+  // Served from the cache only if every rank sent the same id.
+  ready.cache_id = p.cache_id[0];
+  for (int r = 0; r < size_; ++r) {
+    if (p.cache_id[r] != ready.cache_id) ready.cache_id = -1;
+  }
+  if (ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+    ready.response.set_value(next_process_set_id_++);
+  }
+  pending_.erase(it);
+  PushReady(std::move(ready));
+}
+
+void Coordinator::PushReady(Ready ready) {
+  if (config_.timeline && config_.timeline->enabled()) {
+    const std::string& name = ready.response.names(0);
+    config_.timeline->End(name, "NEGOTIATE");
+    if (IsData(ready.response)) config_.timeline->Begin(name, "QUEUE");
+  }
+  const std::string group = ready.canonical.group();
+  const int group_size = ready.canonical.group_size();
+  if (group.empty()) {
+    ready_.push_back(std::move(ready));
+    return;
+  }
+  // Grouped: wait for every member, then release them together; one bad
+  // member fails the group.
+  std::vector<Ready>& members = groups_[group];
+  members.push_back(std::move(ready));
+  if (static_cast<int>(members.size()) < group_size) return;
+  const wire::Response* bad = nullptr;
+  for (const Ready& m : members) {
+    if (!IsData(m.response)) {
+      bad = &m.response;
+      break;
+    }
+  }
+  for (Ready& m : members) {
+    if (bad && IsData(m.response)) {
+      wire::Response e;
+      e.set_type(wire::RESPONSE_ERROR);
+      e.add_names(m.response.names(0));
+      e.set_error_code(bad->error_code());
+      e.set_error(absl::StrCat("grouped allreduce \"", group,
+                               "\" failed because of another member: ",
+                               bad->error()));
+      m.response = std::move(e);
+    }
+    ready_.push_back(std::move(m));
+  }
+  groups_.erase(group);
+}
+
+std::string Coordinator::RanksWhere(const Pending& p, bool submitted) const {
+  std::vector<std::string> ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (p.by_rank[r].has_value() == submitted) ranks.push_back(RankLabel(r));
+  }
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "));
+}
+
+void Coordinator::FailPending(const std::string& name, const Pending& p,
+                              absl::StatusCode code, const std::string& message,
+                              absl::Time now) {
+  Ready ready;
+  for (const auto& r : p.by_rank) {
+    if (r.has_value()) {
+      ready.canonical = *r;
+      break;
+    }
+  }
+  wire::Response& e = ready.response;
+  e.set_type(wire::RESPONSE_ERROR);
+  e.add_names(name);
+  e.set_error_code(static_cast<int>(code));
+  e.set_error(absl::StrCat(CollectiveName(ready.canonical.type()), " \"", name,
+                           "\": ", message, " (submitted by ",
                            RanksWhere(p, /*submitted=*/true), ")"));
-  ready_.push_back({std::move(e), now});
+  ready.ready_at = now;
+  PushReady(std::move(ready));
 }
 
 void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (now - it->second.first_seen >= op_timeout) {
       FailPending(
-          it->first, it->second,
-          static_cast<int>(absl::StatusCode::kDeadlineExceeded),
+          it->first, it->second, absl::StatusCode::kDeadlineExceeded,
           absl::StrCat("timed out after ", absl::FormatDuration(op_timeout),
                        " (KOLO_OP_TIMEOUT) waiting for ",
                        RanksWhere(it->second, /*submitted=*/false),
@@ -265,20 +236,103 @@ void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
   }
 }
 
-absl::Time Coordinator::NextExpiry(absl::Duration op_timeout) const {
+std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
+                                                  absl::Time now) {
+  std::map<int, std::vector<std::string>> missing_by_rank;
+  for (auto& [name, p] : pending_) {
+    if (p.stall_reported || now - p.first_seen < check_time) continue;
+    p.stall_reported = true;
+    for (int r = 0; r < size_; ++r) {
+      if (!p.by_rank[r].has_value() && !joined_.count(r)) {
+        missing_by_rank[config_.global_ranks[r]].push_back(name);
+      }
+    }
+  }
+  std::vector<std::string> lines;
+  for (const auto& [rank, names] : missing_by_rank) {
+    lines.push_back(
+        absl::StrCat("rank ", rank, ": [", absl::StrJoin(names, ", "), "]"));
+  }
+  return lines;
+}
+
+std::optional<std::string> Coordinator::StalledPast(absl::Duration shutdown_time,
+                                                    absl::Time now) const {
+  for (const auto& [name, p] : pending_) {
+    if (now - p.first_seen >= shutdown_time) {
+      return absl::StrCat(
+          "stalled: \"", name, "\" waited ", absl::FormatDuration(now - p.first_seen),
+          " (KOLO_STALL_SHUTDOWN_TIME) for ", RanksWhere(p, false),
+          " to submit it (submitted by ", RanksWhere(p, true), ")");
+    }
+  }
+  return std::nullopt;
+}
+
+absl::Time Coordinator::NextPendingDeadline(absl::Duration delay) const {
   absl::Time next = absl::InfiniteFuture();
   for (const auto& [name, p] : pending_) {
-    next = std::min(next, p.first_seen + op_timeout);
+    next = std::min(next, p.first_seen + delay);
   }
   return next;
 }
 
-std::vector<wire::Response> Coordinator::TakeReady() {
-  std::vector<wire::Response> out;
-  out.reserve(ready_.size());
-  for (auto& r : ready_) out.push_back(std::move(r.response));
+absl::Time Coordinator::NextStallCheck(absl::Duration check_time) const {
+  absl::Time next = absl::InfiniteFuture();
+  for (const auto& [name, p] : pending_) {
+    if (!p.stall_reported) next = std::min(next, p.first_seen + check_time);
+  }
+  return next;
+}
+
+wire::ResponseList Coordinator::TakeResponseList() {
+  wire::ResponseList list;
+  list.set_process_set(config_.process_set);
+  list.set_seq(++seq_);
+  list.set_cache_frozen(!joined_.empty());
+  std::map<std::string, const Ready*> by_name;
+  std::vector<wire::Response> singles;
+  for (const Ready& r : ready_) {
+    by_name[r.response.names(0)] = &r;
+    singles.push_back(r.response);
+  }
+  for (wire::Response& fused :
+       PlanFusion(std::move(singles), config_.fusion_threshold_bytes, size_)) {
+    // The response cache's changes (Note [Response cache]); and a response
+    // whose every member came by cache id travels as those ids.
+    bool all_cached = IsData(fused);
+    for (const std::string& name : fused.names()) {
+      const Ready& r = *by_name.at(name);
+      if (r.cache_id < 0 || !cache_.IsCurrent(r.cache_id)) all_cached = false;
+    }
+    std::vector<int64_t> ids;
+    if (all_cached) {
+      for (const std::string& name : fused.names()) {
+        ids.push_back(by_name.at(name)->cache_id);
+      }
+    }
+    if (!list.cache_frozen()) {
+      for (const std::string& name : fused.names()) {
+        const Ready& r = *by_name.at(name);
+        if (!IsData(fused)) {
+          cache_.Erase(name, list.seq());
+        } else if (all_cached) {
+          cache_.Touch(r.cache_id);
+        } else if (fused.type() == wire::RESPONSE_ALLREDUCE ||
+                   fused.type() == wire::RESPONSE_BROADCAST) {
+          cache_.Insert(r.canonical, list.seq());
+        }
+      }
+    }
+    if (all_cached) {
+      wire::Response compact;
+      for (int64_t id : ids) compact.add_cache_ids(id);
+      fused = std::move(compact);
+    }
+    *list.add_responses() = std::move(fused);
+  }
   ready_.clear();
-  return out;
+  return list;
 }
 
 std::vector<std::string> Coordinator::PendingNames() const {

@@ -1,21 +1,31 @@
-// Controller: the coordinator's side of negotiation (runs on rank 0).
+// Controller: the coordinator's side of negotiation, one Coordinator per
+// process set, all hosted by global rank 0.
 //
 // Note [Negotiation protocol]
-// 1. Each rank's background thread sends the coordinator a RequestList with
-//    the tensors submitted since its last message (any order per rank), or
-//    asks to shut down.
-// 2. The coordinator records each request under its name. When every rank
-//    has requested a name, it validates the requests (type, dtype, device,
-//    shape, op, root, scale factors must agree) and the name becomes ready:
-//    a response, or an ERROR response naming the ranks and their values.
-// 3. Ready responses are fused (runtime/fusion.h) and broadcast to every rank
-//    as one ResponseList; every rank, the coordinator included, executes the
-//    lists in the order they were sent, so collectives run in one order.
-// 4. A name not requested by every rank within the op timeout becomes an
-//    ERROR (DeadlineExceeded) naming the ranks that did not submit it. A rank
-//    that asked to shut down fails every name it never submitted.
-// 5. Shutdown: when every rank has asked, the coordinator sends a final list
-//    with shutdown set and every rank leaves.
+// 1. Each rank's background thread sends the coordinator, per process set, a
+//    RequestList with the tensors submitted since its last message (any
+//    order per rank): full requests, or cache ids for requests the response
+//    cache knows (Note [Response cache] in response_cache.h), or a request
+//    to shut down.
+// 2. The coordinator records each request under its name. A name is ready
+//    when every rank of the set has requested it (ranks that have joined
+//    count as having requested sum/average allreduces). It then validates
+//    the requests (type, dtype, device, shape, op, root, scale factors,
+//    splits must agree): a response, or an ERROR response naming the tensor,
+//    the ranks and their values. Members of a grouped allreduce wait for the
+//    whole group and fail together.
+// 3. Ready responses are fused (runtime/fusion.h) into one ResponseList,
+//    numbered per set, sent to every rank of the set; every rank executes
+//    the lists in the order sent, so collectives run in one order. While
+//    some names are only partly submitted, the coordinator holds ready names
+//    at most KOLO_CYCLE_TIME so that more can join the same list; a lone
+//    request is answered at once (runtime_impl.cc, Note [Background loop]).
+// 4. A name not requested by every rank within the op timeout becomes a
+//    DeadlineExceeded ERROR naming the ranks that did not submit it; the
+//    stall inspector warns earlier (KOLO_STALL_CHECK_TIME) and, with
+//    KOLO_STALL_SHUTDOWN_TIME, ends the job. A rank that asked to shut down
+//    fails every name it never submitted.
+// 5. Shutdown: when every rank has asked, the final list has shutdown set.
 // The coordinator holds no network state: the background loop feeds it
 // messages and sends what it returns, which keeps it unit-testable.
 //
@@ -31,63 +41,119 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "runtime/response_cache.h"
+#include "runtime/timeline.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
 
-// Validates the requests of every rank for one name (index = rank) and
-// returns the single-tensor response, or an ERROR response whose message
-// names the tensor, the ranks and their values.
+// Validates the requests of every rank for one name (index = rank in the
+// set; null = a rank that has joined) and returns the single-tensor
+// response, or an ERROR response whose message names the tensor, the ranks
+// (as `rank_labels[index]`, the global ranks) and their values.
+wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
+                             const std::vector<int>& rank_labels);
+// All ranks submitted; ranks labelled by their index.
 wire::Response BuildResponse(const std::vector<wire::Request>& by_rank);
 
-// "allreduce", "broadcast", "allgather".
+// "allreduce", "broadcast", ...
 const char* CollectiveName(wire::CollectiveType type);
+
+// Rebuilds a response that travelled as cache ids; false if an id is
+// unknown (the caches diverged).
+bool ExpandCachedResponse(const ResponseCache& cache, wire::Response* response);
 
 class Coordinator {
  public:
-  explicit Coordinator(int world_size) : size_(world_size) {}
+  struct Config {
+    int process_set = 0;
+    std::vector<int> global_ranks;  // index in the set -> global rank
+    int64_t fusion_threshold_bytes = 64 << 20;
+    int cache_capacity = 1024;
+    Timeline* timeline = nullptr;  // NEGOTIATE and QUEUE phases; may be null
+  };
+  explicit Coordinator(Config config);
 
-  // Records what `rank` sent. `now` stamps new names (timeouts, batching).
+  // Records what set rank `rank` sent. `now` stamps new names.
   void AddRequests(int rank, const wire::RequestList& list, absl::Time now);
 
   // Names pending longer than `op_timeout` become DeadlineExceeded errors.
   void ExpireOlderThan(absl::Duration op_timeout, absl::Time now);
+  // Stall inspector: one line per rank that is holding back names pending
+  // longer than `check_time` and not reported before, e.g.
+  // "rank 1: [grad/a, grad/b]".
+  std::vector<std::string> StallReport(absl::Duration check_time, absl::Time now);
+  // A message if some name has been pending longer than `shutdown_time`.
+  std::optional<std::string> StalledPast(absl::Duration shutdown_time,
+                                         absl::Time now) const;
 
-  // Ready responses (one tensor each) in the order they became ready.
   bool HasReady() const { return !ready_.empty(); }
   absl::Time OldestReadyTime() const { return ready_.front().ready_at; }
-  std::vector<wire::Response> TakeReady();
-
   // Whether some name has been requested by some but not all ranks.
   bool HasPartial() const { return !pending_.empty(); }
-  // When the oldest partial name would time out, or InfiniteFuture.
-  absl::Time NextExpiry(absl::Duration op_timeout) const;
+  // Earliest first-seen + `delay` over pending names, or InfiniteFuture.
+  absl::Time NextPendingDeadline(absl::Duration delay) const;
+  // The same over names the stall inspector has not reported yet.
+  absl::Time NextStallCheck(absl::Duration check_time) const;
 
-  bool AllShutdown() const { return static_cast<int>(shutdown_.size()) == size_; }
+  // Takes the ready responses, fuses them, applies the list's changes to the
+  // coordinator's response cache and numbers the list.
+  wire::ResponseList TakeResponseList();
 
-  // For diagnostics and tests: names requested by some ranks only.
+  bool AllShutdown() const {
+    return static_cast<int>(shutdown_.size()) == size_;
+  }
+  int size() const { return size_; }
+  // The coordinator's copy of the set's response cache.
+  ResponseCache& cache() { return cache_; }
+
+  // For diagnostics and tests.
   std::vector<std::string> PendingNames() const;
+  int64_t requests_received() const { return requests_received_; }
+  int64_t cache_hits_received() const { return cache_hits_received_; }
 
  private:
   struct Pending {
     std::vector<std::optional<wire::Request>> by_rank;
+    std::vector<int64_t> cache_id;  // per rank: the id it sent, or -1
     int count = 0;
     absl::Time first_seen;
+    bool stall_reported = false;
   };
   struct Ready {
     wire::Response response;
     absl::Time ready_at;
+    wire::Request canonical;  // for the response cache
+    int64_t cache_id = -1;    // every rank sent this id
   };
-  void MakeReady(const std::string& name, Pending& pending, absl::Time now);
+  void Add(int rank, wire::Request request, int64_t cache_id, absl::Time now);
+  void AddJoin(int rank, absl::Time now);
+  // Makes `name` ready if every rank has submitted it or joined.
+  void MaybeReady(std::map<std::string, Pending>::iterator it, absl::Time now);
+  void PushReady(Ready ready);
   void FailPending(const std::string& name, const Pending& pending,
-                   int code, const std::string& message, absl::Time now);
-  // "ranks [1, 3]" of `pending` that have (or have not) submitted.
+                   absl::StatusCode code, const std::string& message,
+                   absl::Time now);
+  // "ranks 1, 3" (global ranks) of `pending` that have (or have not)
+  // submitted.
   std::string RanksWhere(const Pending& pending, bool submitted) const;
+  std::string RankLabel(int rank) const;
 
+  const Config config_;
   const int size_;
   std::map<std::string, Pending> pending_;
   std::deque<Ready> ready_;
+  // Grouped allreduce: members that are ready, by group key.
+  std::map<std::string, std::vector<Ready>> groups_;
   std::set<int> shutdown_;
+  std::set<int> joined_;
+  int last_joined_ = -1;
+  int next_process_set_id_ = 1;  // global set only
+  ResponseCache cache_;
+  int64_t seq_ = 0;
+  std::vector<int64_t> acked_;  // per rank
+  int64_t requests_received_ = 0;
+  int64_t cache_hits_received_ = 0;
 };
 
 }  // namespace kolo

@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <cctype>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -17,10 +18,31 @@ std::string Names(const wire::Response& r) {
 
 void CompleteAll(std::vector<std::unique_ptr<TensorEntry>>& entries,
                  const absl::Status& status) {
-  for (auto& e : entries) e->work->Complete(status);
+  for (auto& e : entries) e->Complete(status);
 }
 
 }  // namespace
+
+template <typename F>
+auto Executor::Phase(const wire::Response& r, const char* phase, F&& body,
+                     const std::string& args) {
+  const bool on = timeline_ && timeline_->enabled();
+  if (on) {
+    for (const std::string& name : r.names()) timeline_->Begin(name, phase, args);
+  }
+  auto result = body();
+  if (on) {
+    for (const std::string& name : r.names()) timeline_->End(name, phase);
+  }
+  return result;
+}
+
+const char* Executor::CollectivePhase(const char* op) {
+  // "GLOO_ALLREDUCE": backend name and collective, stable for the run.
+  std::string phase = absl::StrCat(backend_->name(), "_", op);
+  for (char& c : phase) c = static_cast<char>(std::toupper(c));
+  return phase_names_.insert(std::move(phase)).first->c_str();
+}
 
 uint8_t* Executor::FusionBuffer(size_t bytes) {
   if (fusion_.size() < bytes) fusion_.resize(bytes);
@@ -35,9 +57,27 @@ absl::Status Executor::Execute(
                                       r.error()));
     return absl::OkStatus();
   }
+  if (timeline_ && timeline_->enabled()) {
+    ++batch_;
+    for (const std::string& name : r.names()) timeline_->End(name, "QUEUE");
+  }
   absl::Status s;
   const char* what = "allreduce";
   switch (r.type()) {
+    case wire::RESPONSE_BARRIER:
+      CompleteAll(entries, absl::OkStatus());
+      return absl::OkStatus();
+    case wire::RESPONSE_JOIN:
+      for (auto& e : entries) e->Complete(absl::OkStatus(), {r.value()});
+      return absl::OkStatus();
+    case wire::RESPONSE_ALLTOALL:
+      what = "alltoall";
+      s = Alltoall(r, *entries[0]);
+      break;
+    case wire::RESPONSE_REDUCESCATTER:
+      what = "reducescatter";
+      s = Reducescatter(r, *entries[0]);
+      break;
     case wire::RESPONSE_ALLREDUCE:
       s = Allreduce(r, entries);
       break;
@@ -69,7 +109,10 @@ absl::Status Executor::Allreduce(
   double postscale = r.postscale();
   if (op == ReduceOp::kAverage) {
     op = ReduceOp::kSum;
-    postscale /= size_;
+    // While ranks have joined, only `contributors` ranks sent data.
+    postscale /= (r.contributors() > 0 && !average_over_set_size_)
+                     ? r.contributors()
+                     : size_;
   }
   const bool scale_in = r.prescale() != 1.0;
   const bool scale_out = postscale != 1.0;
@@ -86,24 +129,34 @@ absl::Status Executor::Allreduce(
     }
   } else {
     buffer = FusionBuffer(total * elem);
-    size_t offset = 0;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const size_t bytes = r.elements(i) * elem;
-      if (bytes) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
-      offset += bytes;
-    }
+    Phase(r, "MEMCPY_IN_FUSION_BUFFER", [&] {
+      size_t offset = 0;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const size_t bytes = r.elements(i) * elem;
+        if (bytes) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
+        offset += bytes;
+      }
+      return 0;
+    });
   }
   if (scale_in) backend_->Scale(buffer, total, dtype, r.prescale());
-  absl::Status s = backend_->Allreduce(buffer, total, dtype, op);
+  absl::Status s = Phase(
+      r, CollectivePhase("ALLREDUCE"),
+      [&] { return backend_->Allreduce(buffer, total, dtype, op); },
+      absl::StrCat("\"size\": ", total * elem, ", \"batch\": ", batch_,
+                   ", \"tensors\": ", entries.size()));
   if (!s.ok()) return s;
   if (scale_out) backend_->Scale(buffer, total, dtype, postscale);
   if (entries.size() > 1) {
-    size_t offset = 0;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const size_t bytes = r.elements(i) * elem;
-      if (bytes) std::memcpy(entries[i]->output.data, buffer + offset, bytes);
-      offset += bytes;
-    }
+    Phase(r, "MEMCPY_OUT_FUSION_BUFFER", [&] {
+      size_t offset = 0;
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const size_t bytes = r.elements(i) * elem;
+        if (bytes) std::memcpy(entries[i]->output.data, buffer + offset, bytes);
+        offset += bytes;
+      }
+      return 0;
+    });
   }
   CompleteAll(entries, absl::OkStatus());
   return absl::OkStatus();
@@ -116,7 +169,10 @@ absl::Status Executor::Broadcast(
   const int root = r.root();
   absl::Status s;
   if (entries.size() == 1) {
-    s = backend_->Broadcast(entries[0]->input.data, r.elements(0) * elem, root);
+    s = Phase(r, CollectivePhase("BROADCAST"), [&] {
+      return backend_->Broadcast(entries[0]->input.data, r.elements(0) * elem,
+                                 root);
+    });
   } else {
     size_t total = 0;
     for (int64_t e : r.elements()) total += e * elem;
@@ -129,7 +185,8 @@ absl::Status Executor::Broadcast(
         offset += bytes;
       }
     }
-    s = backend_->Broadcast(buffer, total, root);
+    s = Phase(r, CollectivePhase("BROADCAST"),
+              [&] { return backend_->Broadcast(buffer, total, root); });
     if (s.ok() && rank_ != root) {
       size_t offset = 0;
       for (size_t i = 0; i < entries.size(); ++i) {
@@ -181,7 +238,10 @@ absl::Status Executor::Allgather(
   }
   absl::Status s;
   if (n == 1) {
-    s = backend_->Allgatherv(entries[0]->input.data, outputs[0], block_bytes);
+    s = Phase(r, CollectivePhase("ALLGATHER"), [&] {
+      return backend_->Allgatherv(entries[0]->input.data, outputs[0],
+                                  block_bytes);
+    });
   } else {
     if (gather_send_.size() < block_bytes[rank_]) {
       gather_send_.resize(block_bytes[rank_]);
@@ -195,7 +255,9 @@ absl::Status Executor::Allgather(
     size_t total = 0;
     for (size_t b : block_bytes) total += b;
     uint8_t* buffer = FusionBuffer(total);
-    s = backend_->Allgatherv(gather_send_.data(), buffer, block_bytes);
+    s = Phase(r, CollectivePhase("ALLGATHER"), [&] {
+      return backend_->Allgatherv(gather_send_.data(), buffer, block_bytes);
+    });
     if (s.ok()) {
       // Block k holds rank k's rows of tensor 0, then of tensor 1, ...
       std::vector<size_t> out_offset(n, 0);
@@ -218,15 +280,103 @@ absl::Status Executor::Allgather(
     std::vector<int64_t> splits(size_);
     for (int k = 0; k < size_; ++k) splits[k] = rows(i, k);
     if (!alloc_status[i].ok()) {
-      entries[i]->work->Complete(absl::Status(
+      entries[i]->Complete(absl::Status(
           alloc_status[i].code(),
           absl::StrCat("allgather \"", r.names(i),
                        "\": output allocator failed: ",
                        alloc_status[i].message())));
     } else {
-      entries[i]->work->Complete(absl::OkStatus(), std::move(splits));
+      entries[i]->Complete(absl::OkStatus(), std::move(splits));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Alltoall(const wire::Response& r, TensorEntry& e) {
+  const size_t row_bytes =
+      r.elements(0) * DataTypeSize(static_cast<DataType>(r.dtype()));
+  // first_dims[k * size + j]: rows rank k sends to rank j.
+  std::vector<size_t> send(size_), recv(size_);
+  std::vector<int64_t> splits(size_);
+  int64_t rows = 0;
+  for (int k = 0; k < size_; ++k) {
+    send[k] = r.first_dims(rank_ * size_ + k) * row_bytes;
+    splits[k] = r.first_dims(k * size_ + rank_);
+    recv[k] = splits[k] * row_bytes;
+    rows += splits[k];
+  }
+  std::vector<int64_t> shape = e.input.shape;
+  shape[0] = rows;
+  auto out = e.allocator(shape);
+  std::vector<uint8_t> fallback;
+  absl::Status alloc_status;
+  void* output = nullptr;
+  if (out.ok() && (*out != nullptr || rows * row_bytes == 0)) {
+    output = *out;
+  } else {
+    alloc_status = out.ok() ? absl::InternalError("allocator returned null")
+                            : out.status();
+    fallback.resize(rows * row_bytes);  // still take part
+    output = fallback.data();
+  }
+  absl::Status s = Phase(r, CollectivePhase("ALLTOALL"), [&] {
+    return backend_->Alltoallv(e.input.data, send, output, recv);
+  });
+  if (!s.ok()) return s;
+  if (!alloc_status.ok()) {
+    e.Complete(absl::Status(alloc_status.code(),
+                            absl::StrCat("alltoall \"", r.names(0),
+                                         "\": output allocator failed: ",
+                                         alloc_status.message())));
+  } else {
+    e.Complete(absl::OkStatus(), std::move(splits));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Reducescatter(const wire::Response& r, TensorEntry& e) {
+  const DataType dtype = static_cast<DataType>(r.dtype());
+  const size_t elem = DataTypeSize(dtype);
+  const size_t row = r.elements(0);
+  const int64_t rows = r.first_dims(0);
+  // Rank k owns rows [offset_k, offset_k + share_k).
+  std::vector<size_t> send(size_);
+  for (int k = 0; k < size_; ++k) {
+    send[k] = (rows / size_ + (k < rows % size_ ? 1 : 0)) * row * elem;
+  }
+  const size_t mine = send[rank_];
+  const size_t mine_count = mine / elem;
+  // Pre-scale on a copy: the input belongs to the caller.
+  const void* input = e.input.data;
+  if (r.prescale() != 1.0) {
+    uint8_t* copy = FusionBuffer(rows * row * elem);
+    if (rows * row) std::memcpy(copy, input, rows * row * elem);
+    backend_->Scale(copy, rows * row, dtype, r.prescale());
+    input = copy;
+  }
+  // Every rank sends rank k its rows of k's share; k reduces the chunks in
+  // rank order, so the result is the same bits wherever it is computed.
+  if (gather_send_.size() < mine * size_) gather_send_.resize(mine * size_);
+  std::vector<size_t> recv(size_, mine);
+  absl::Status s = Phase(r, CollectivePhase("REDUCESCATTER"), [&] {
+    return backend_->Alltoallv(input, send, gather_send_.data(), recv);
+  });
+  if (!s.ok()) return s;
+  ReduceOp op = static_cast<ReduceOp>(r.op());
+  double postscale = r.postscale();
+  if (op == ReduceOp::kAverage) {
+    op = ReduceOp::kSum;
+    postscale /= size_;
+  }
+  uint8_t* out = static_cast<uint8_t*>(e.output.data);
+  if (mine) {
+    std::memcpy(out, gather_send_.data(), mine);
+    for (int k = 1; k < size_; ++k) {
+      backend_->Combine(out, gather_send_.data() + k * mine, mine_count, dtype, op);
+    }
+    if (postscale != 1.0) backend_->Scale(out, mine_count, dtype, postscale);
+  }
+  e.Complete(absl::OkStatus());
   return absl::OkStatus();
 }
 

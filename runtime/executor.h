@@ -8,19 +8,29 @@
 #define KOLO_RUNTIME_EXECUTOR_H_
 
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "runtime/backend.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
 
 class Executor {
  public:
-  Executor(Backend* backend, int rank, int size)
-      : backend_(backend), rank_(rank), size_(size) {}
+  // `rank` and `size` are within the process set.
+  // `timeline` (may be null) receives the execution phases of each tensor.
+  Executor(Backend* backend, int rank, int size, bool average_over_set_size,
+           Timeline* timeline)
+      : backend_(backend),
+        rank_(rank),
+        size_(size),
+        average_over_set_size_(average_over_set_size),
+        timeline_(timeline) {}
 
   // `entries[i]` is this rank's entry for response.names(i). Completes every
   // entry's Work. Returns a non-OK status only when the collective itself
@@ -41,13 +51,26 @@ class Executor {
                          std::vector<std::unique_ptr<TensorEntry>>& entries);
   absl::Status Allgather(const wire::Response& r,
                          std::vector<std::unique_ptr<TensorEntry>>& entries);
+  absl::Status Alltoall(const wire::Response& r, TensorEntry& entry);
+  absl::Status Reducescatter(const wire::Response& r, TensorEntry& entry);
   uint8_t* FusionBuffer(size_t bytes);
+  // "GLOO_ALLREDUCE" for op "ALLREDUCE"; the pointer stays valid.
+  const char* CollectivePhase(const char* op);
+  // Runs `body` as timeline phase `phase` of every tensor of `r`.
+  template <typename F>
+  auto Phase(const wire::Response& r, const char* phase, F&& body,
+             const std::string& args = "");
 
   Backend* const backend_;
   const int rank_;
   const int size_;
+  const bool average_over_set_size_;
+  Timeline* const timeline_;
+  int64_t batch_ = 0;  // fused-batch id, for the timeline
+  std::set<std::string> phase_names_;
   std::vector<uint8_t> fusion_;       // persistent; grows, never shrinks
-  std::vector<uint8_t> gather_send_;  // allgather: this rank's packed block
+  std::vector<uint8_t> gather_send_;  // allgather: this rank's packed block;
+                                      // reducescatter: received chunks
 };
 
 }  // namespace kolo

@@ -14,7 +14,8 @@ bool Compatible(const wire::Response& a, const wire::Response& b) {
   switch (a.type()) {
     case wire::RESPONSE_ALLREDUCE:
       return a.op() == b.op() && a.prescale() == b.prescale() &&
-             a.postscale() == b.postscale();
+             a.postscale() == b.postscale() &&
+             a.contributors() == b.contributors();
     case wire::RESPONSE_BROADCAST:
       return a.root() == b.root();
     case wire::RESPONSE_ALLGATHER:

@@ -2,6 +2,7 @@
 #include "kolo/runtime.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
 #include "runtime/runtime_impl.h"
@@ -56,6 +57,63 @@ wire::Request BaseRequest(wire::CollectiveType type, const std::string& name,
   return r;
 }
 
+// Average and scale factors need a floating-point dtype.
+absl::Status CheckReduction(const char* op, const std::string& name,
+                            DataType dtype, ReduceOp reduce, double prescale,
+                            double postscale) {
+  if (static_cast<int>(reduce) < 0 || static_cast<int>(reduce) > 4) {
+    return Invalid(op, name, "unknown reduce op");
+  }
+  if (IsFloatingPoint(dtype)) return absl::OkStatus();
+  if (reduce == ReduceOp::kAverage) {
+    return Invalid(op, name,
+                   absl::StrCat("average is not defined for integer dtype ",
+                                DataTypeName(dtype), "; use sum and divide"));
+  }
+  if (prescale != 1.0 || postscale != 1.0) {
+    return Invalid(op, name,
+                   absl::StrCat("scale factors other than 1 are not defined "
+                                "for integer dtype ",
+                                DataTypeName(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req) {
+  const char* op = "allreduce";
+  absl::Status s = CheckTensor(op, req.name, "input", req.input);
+  if (!s.ok()) return s;
+  s = CheckTensor(op, req.name, "output", req.output);
+  if (!s.ok()) return s;
+  if (req.output.dtype != req.input.dtype ||
+      req.output.shape != req.input.shape ||
+      req.output.device != req.input.device) {
+    return Invalid(op, req.name,
+                   absl::StrCat("output (", DataTypeName(req.output.dtype),
+                                ShapeToString(req.output.shape),
+                                ") must match input (",
+                                DataTypeName(req.input.dtype),
+                                ShapeToString(req.input.shape), ")"));
+  }
+  s = CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
+                     req.postscale);
+  if (!s.ok()) return s;
+  return impl.MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""))
+      .status();
+}
+
+TensorEntry AllreduceEntry(const AllreduceRequest& req) {
+  TensorEntry entry;
+  entry.request = BaseRequest(wire::ALLREDUCE, req.name, req.input);
+  entry.request.set_op(static_cast<int>(req.op));
+  entry.request.set_prescale(req.prescale);
+  entry.request.set_postscale(req.postscale);
+  entry.request.set_process_set(req.process_set);
+  entry.input = req.input;
+  entry.output = req.output;
+  return entry;
+}
+
 }  // namespace
 
 Runtime::Runtime(std::shared_ptr<RuntimeImpl> impl) : impl_(std::move(impl)) {}
@@ -69,6 +127,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Options& options)
   if (!s.ok()) return s;
   auto impl = std::make_shared<RuntimeImpl>(options);
   s = impl->Start();
+  for (size_t i = 0; s.ok() && i < options.process_sets.size(); ++i) {
+    auto id = impl->AddProcessSet(options.process_sets[i]);
+    if (!id.ok()) {
+      s = id.status();
+    } else if (*id != static_cast<int>(i) + 1) {
+      s = absl::InternalError("process sets of the options got unexpected ids");
+    }
+  }
   if (!s.ok()) {
     impl->Abort();
     return s;
@@ -88,61 +154,27 @@ int Runtime::cross_rank() const { return impl_->options().cross_rank; }
 int Runtime::cross_size() const { return impl_->options().cross_size; }
 
 absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
-  const char* op = "allreduce";
-  absl::Status s = CheckTensor(op, req.name, "input", req.input);
+  absl::Status s = CheckAllreduce(*impl_, req);
   if (!s.ok()) return s;
-  s = CheckTensor(op, req.name, "output", req.output);
-  if (!s.ok()) return s;
-  if (req.output.dtype != req.input.dtype ||
-      req.output.shape != req.input.shape ||
-      req.output.device != req.input.device) {
-    return Invalid(op, req.name,
-                   absl::StrCat("output (", DataTypeName(req.output.dtype),
-                                ShapeToString(req.output.shape),
-                                ") must match input (",
-                                DataTypeName(req.input.dtype),
-                                ShapeToString(req.input.shape), ")"));
-  }
-  if (static_cast<int>(req.op) < 0 || static_cast<int>(req.op) > 4) {
-    return Invalid(op, req.name, "unknown reduce op");
-  }
-  if (!IsFloatingPoint(req.input.dtype)) {
-    if (req.op == ReduceOp::kAverage) {
-      return Invalid(op, req.name,
-                     absl::StrCat("average is not defined for integer dtype ",
-                                  DataTypeName(req.input.dtype),
-                                  "; use sum and divide"));
-    }
-    if (req.prescale != 1.0 || req.postscale != 1.0) {
-      return Invalid(op, req.name,
-                     absl::StrCat("scale factors other than 1 are not defined "
-                                  "for integer dtype ",
-                                  DataTypeName(req.input.dtype)));
-    }
-  }
-  TensorEntry entry;
-  entry.request = BaseRequest(wire::ALLREDUCE, req.name, req.input);
-  entry.request.set_op(static_cast<int>(req.op));
-  entry.request.set_prescale(req.prescale);
-  entry.request.set_postscale(req.postscale);
-  entry.input = req.input;
-  entry.output = req.output;
-  return impl_->Submit(std::move(entry));
+  return impl_->Submit(AllreduceEntry(req));
 }
 
 absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
   const char* op = "broadcast";
   absl::Status s = CheckTensor(op, req.name, "tensor", req.tensor);
   if (!s.ok()) return s;
-  if (req.root < 0 || req.root >= size()) {
+  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  if (!set.ok()) return set.status();
+  if (req.root < 0 || req.root >= (*set)->size()) {
     return Invalid(op, req.name,
                    absl::StrCat("root ", req.root,
-                                " is not a rank of this job (size ", size(),
-                                ")"));
+                                " is not a rank of the process set (size ",
+                                (*set)->size(), ")"));
   }
   TensorEntry entry;
   entry.request = BaseRequest(wire::BROADCAST, req.name, req.tensor);
   entry.request.set_root(req.root);
+  entry.request.set_process_set(req.process_set);
   entry.input = req.tensor;
   entry.output = req.tensor;
   return impl_->Submit(std::move(entry));
@@ -159,12 +191,173 @@ absl::StatusOr<Work> Runtime::Allgather(const AllgatherRequest& req) {
   if (!req.allocator) {
     return Invalid(op, req.name, "an output allocator is required");
   }
+  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  if (!set.ok()) return set.status();
   TensorEntry entry;
   entry.request = BaseRequest(wire::ALLGATHER, req.name, req.input);
+  entry.request.set_process_set(req.process_set);
   entry.input = req.input;
   entry.allocator = req.allocator;
   return impl_->Submit(std::move(entry));
 }
+
+std::vector<int64_t> ReducescatterShape(const std::vector<int64_t>& input,
+                                        int size, int rank) {
+  std::vector<int64_t> shape = input.empty() ? std::vector<int64_t>{1} : input;
+  shape[0] = shape[0] / size + (rank < shape[0] % size ? 1 : 0);
+  return shape;
+}
+
+absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
+  const char* op = "alltoall";
+  absl::Status s = CheckTensor(op, req.name, "input", req.input);
+  if (!s.ok()) return s;
+  if (req.input.shape.empty()) {
+    return Invalid(op, req.name, "input must have at least one dimension");
+  }
+  if (!req.allocator) return Invalid(op, req.name, "an output allocator is required");
+  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  if (!set.ok()) return set.status();
+  const int n = (*set)->size();
+  const int64_t rows = req.input.shape[0];
+  std::vector<int64_t> splits = req.splits;
+  if (splits.empty()) {
+    if (rows % n != 0) {
+      return Invalid(op, req.name,
+                     absl::StrCat("the first dimension (", rows,
+                                  ") does not divide evenly among ", n,
+                                  " ranks; pass splits"));
+    }
+    splits.assign(n, rows / n);
+  }
+  int64_t sum = 0;
+  for (int64_t v : splits) {
+    if (v < 0) return Invalid(op, req.name, "splits must not be negative");
+    sum += v;
+  }
+  if (static_cast<int>(splits.size()) != n || sum != rows) {
+    return Invalid(op, req.name,
+                   absl::StrCat("splits [", absl::StrJoin(splits, ", "),
+                                "] must have one entry per rank (", n,
+                                ") and add up to the first dimension (", rows,
+                                ")"));
+  }
+  TensorEntry entry;
+  entry.request = BaseRequest(wire::ALLTOALL, req.name, req.input);
+  entry.request.set_process_set(req.process_set);
+  for (int64_t v : splits) entry.request.add_splits(v);
+  entry.input = req.input;
+  entry.allocator = req.allocator;
+  return impl_->Submit(std::move(entry));
+}
+
+absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
+  const char* op = "reducescatter";
+  absl::Status s = CheckTensor(op, req.name, "input", req.input);
+  if (!s.ok()) return s;
+  s = CheckTensor(op, req.name, "output", req.output);
+  if (!s.ok()) return s;
+  s = CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
+                     req.postscale);
+  if (!s.ok()) return s;
+  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  if (!set.ok()) return set.status();
+  const std::vector<int64_t> want =
+      ReducescatterShape(req.input.shape, (*set)->size(), (*set)->rank);
+  if (req.output.dtype != req.input.dtype || req.output.shape != want ||
+      req.input.shape.empty()) {
+    return Invalid(op, req.name,
+                   absl::StrCat("output must be ", DataTypeName(req.input.dtype),
+                                ShapeToString(want), " on rank ", (*set)->rank,
+                                " of ", (*set)->size(), ", got ",
+                                DataTypeName(req.output.dtype),
+                                ShapeToString(req.output.shape)));
+  }
+  TensorEntry entry;
+  entry.request = BaseRequest(wire::REDUCESCATTER, req.name, req.input);
+  entry.request.set_process_set(req.process_set);
+  entry.request.set_op(static_cast<int>(req.op));
+  entry.request.set_prescale(req.prescale);
+  entry.request.set_postscale(req.postscale);
+  entry.input = req.input;
+  entry.output = req.output;
+  return impl_->Submit(std::move(entry));
+}
+
+absl::StatusOr<Work> Runtime::GroupedAllreduce(
+    const std::vector<AllreduceRequest>& requests) {
+  if (requests.empty()) {
+    return absl::InvalidArgumentError("grouped allreduce: no tensors");
+  }
+  // The group's key is the same on every rank that groups the same names.
+  std::string key = absl::StrCat(requests[0].name, "+", requests.size() - 1);
+  auto group = std::make_shared<GroupCompletion>();
+  group->work = std::make_shared<internal::WorkState>();
+  group->remaining = static_cast<int>(requests.size());
+  std::vector<TensorEntry> entries;
+  for (const AllreduceRequest& req : requests) {
+    if (req.process_set != requests[0].process_set) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "grouped allreduce \"", key, "\": every member must name the same "
+          "process set"));
+    }
+    // Validates like a lone allreduce, without submitting.
+    absl::Status s = CheckAllreduce(*impl_, req);
+    if (!s.ok()) return s;
+    TensorEntry entry = AllreduceEntry(req);
+    entry.request.set_group(key);
+    entry.request.set_group_size(static_cast<int>(requests.size()));
+    entry.group = group;
+    entries.push_back(std::move(entry));
+  }
+  for (size_t i = 0; i < entries.size(); ++i) {
+    auto work = impl_->Submit(std::move(entries[i]));
+    if (!work.ok()) {
+      // Members already queued still run (the other ranks submit them); the
+      // group reports this failure once they are done.
+      bool last = false;
+      absl::Status final_status;
+      {
+        std::lock_guard<std::mutex> lock(group->mu);
+        if (group->status.ok()) group->status = work.status();
+        group->remaining -= static_cast<int>(entries.size() - i);
+        last = group->remaining == 0;
+        final_status = group->status;
+      }
+      if (last) group->work->Complete(final_status);
+      return work.status();
+    }
+  }
+  return Work(group->work);
+}
+
+absl::StatusOr<Work> Runtime::Barrier(int process_set) {
+  auto set = impl_->MemberSet(process_set, "barrier");
+  if (!set.ok()) return set.status();
+  TensorEntry entry;
+  entry.request.set_type(wire::BARRIER);
+  entry.request.set_process_set(process_set);
+  entry.request.set_name(absl::StrCat("__kolo_barrier_", (*set)->barriers++));
+  return impl_->Submit(std::move(entry));
+}
+
+absl::StatusOr<int> Runtime::Join() { return impl_->Join(); }
+
+absl::StatusOr<int> Runtime::AddProcessSet(const std::vector<int>& ranks) {
+  return impl_->AddProcessSet(ranks);
+}
+
+absl::StatusOr<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
+  return impl_->SetRanks(process_set);
+}
+
+absl::Status Runtime::StartTimeline(const std::string& path) {
+  return impl_->StartTimeline(path);
+}
+
+absl::Status Runtime::StopTimeline() { return impl_->StopTimeline(); }
+
+RuntimeStats Runtime::stats() const { return impl_->stats(); }
 
 absl::Status Runtime::Shutdown(absl::Duration timeout) {
   return impl_->Shutdown(timeout);

@@ -1,6 +1,9 @@
 #include "runtime/runtime_impl.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/fusion.h"
 #include "runtime/rendezvous/tcp_store.h"
 
@@ -14,12 +17,16 @@ constexpr absl::Duration kLocalTimeoutSlack = absl::Seconds(2);
 // the lost rank.
 constexpr absl::Duration kExplainWait = absl::Seconds(1);
 
+bool Cacheable(const wire::Response& r) {
+  return r.type() == wire::RESPONSE_ALLREDUCE ||
+         r.type() == wire::RESPONSE_BROADCAST;
+}
+
 }  // namespace
 
 RuntimeImpl::RuntimeImpl(const Options& options)
     : options_(options),
       logger_(options.log_level, options.rank),
-      coordinator_(options.size),
       queue_([this] { Notify(); }) {}
 
 RuntimeImpl::~RuntimeImpl() {
@@ -32,6 +39,7 @@ RuntimeImpl::~RuntimeImpl() {
       thread_.join();
     }
   }
+  timeline_.Stop();
   if (control_) control_->Close();
   if (store_server_) store_server_->Stop();
 }
@@ -82,27 +90,92 @@ absl::Status RuntimeImpl::Start() {
     control_ = std::move(*control);
   }
 
-  BackendContext context;
-  context.rank = options_.rank;
-  context.size = options_.size;
-  context.store = NewPrefixStore("gloo/global", store_);
-  context.bind_addr = options_.bind_addr;
-  context.start_timeout = std::max(deadline - absl::Now(), absl::Seconds(1));
-  context.op_timeout = options_.op_timeout;
-  auto backend = BackendRegistry::Get().Create(DeviceType::kCpu, context);
-  if (!backend.ok()) return backend.status();
-  backend_ = std::move(*backend);
-  executor_ = std::make_unique<Executor>(backend_.get(), options_.rank,
-                                         options_.size);
+  std::vector<int> all(options_.size);
+  for (int r = 0; r < options_.size; ++r) all[r] = r;
+  RegisterProcessSet(kGlobalProcessSet, all);
+  absl::Status s = ConnectProcessSet(*sets_.at(kGlobalProcessSet));
+  if (!s.ok()) return s;
+  if (!options_.timeline_path.empty() && options_.rank == 0) {
+    s = timeline_.Start(options_.timeline_path);
+    if (!s.ok()) return s;
+  }
 
   // Tells kolorun that this rank finished rendezvous.
-  absl::Status s = store_->Set(absl::StrCat("ready/", options_.rank), "1");
+  s = store_->Set(absl::StrCat("ready/", options_.rank), "1");
   if (!s.ok()) return s;
 
   accepting_ = true;
   thread_ = std::thread([self = shared_from_this()] { self->BackgroundLoop(); });
   logger_.Info(absl::StrCat("joined a job of ", options_.size, " ranks"));
   return absl::OkStatus();
+}
+
+void RuntimeImpl::RegisterProcessSet(int id, std::vector<int> ranks) {
+  auto set = std::make_shared<ProcessSetState>();
+  set->id = id;
+  set->ranks = std::move(ranks);
+  auto me = std::find(set->ranks.begin(), set->ranks.end(), options_.rank);
+  if (me != set->ranks.end()) set->rank = static_cast<int>(me - set->ranks.begin());
+  if (options_.rank == 0) {
+    Coordinator::Config config;
+    config.process_set = id;
+    config.global_ranks = set->ranks;
+    config.fusion_threshold_bytes = options_.fusion_threshold_bytes;
+    config.cache_capacity = options_.cache_capacity;
+    config.timeline = &timeline_;
+    set->coordinator = std::make_unique<Coordinator>(std::move(config));
+    set->cache = &set->coordinator->cache();
+  } else if (set->member()) {
+    set->own_cache = std::make_unique<ResponseCache>(options_.cache_capacity);
+    set->cache = set->own_cache.get();
+  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_[id] = std::move(set);
+}
+
+absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
+  if (!set.member()) return absl::OkStatus();
+  BackendContext context;
+  context.rank = set.rank;
+  context.size = set.size();
+  context.store = NewPrefixStore(absl::StrCat("gloo/set", set.id), store_);
+  context.bind_addr = options_.bind_addr;
+  context.start_timeout = options_.start_timeout;
+  context.op_timeout = options_.op_timeout;
+  auto backend = BackendRegistry::Get().Create(DeviceType::kCpu, context);
+  if (!backend.ok()) return backend.status();
+  set.backend = std::move(*backend);
+  set.executor = std::make_unique<Executor>(
+      set.backend.get(), set.rank, set.size(),
+      options_.join_average_over_set_size,
+      options_.rank == 0 ? &timeline_ : nullptr);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
+    int process_set, const std::string& what) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(process_set);
+  if (it == sets_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unknown process set ", process_set));
+  }
+  if (!it->second->member()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", options_.rank,
+                     " is not a member of process set ", process_set,
+                     " (ranks ", absl::StrJoin(it->second->ranks, ", "), ")"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::vector<int>> RuntimeImpl::SetRanks(int process_set) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(process_set);
+  if (it == sets_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown process set ", process_set));
+  }
+  return it->second->ranks;
 }
 
 absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
@@ -114,12 +187,78 @@ absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
         "\": the runtime was shut down"));
   }
   entry.request.set_rank(options_.rank);
-  entry.work = std::make_shared<internal::WorkState>();
+  if (!entry.work) entry.work = std::make_shared<internal::WorkState>();
   entry.deadline = absl::Now() + options_.op_timeout + kLocalTimeoutSlack;
   Work work(entry.work);
   absl::Status s = queue_.Add(std::move(entry));
   if (!s.ok()) return s;
   return work;
+}
+
+absl::StatusOr<int> RuntimeImpl::Join() {
+  TensorEntry entry;
+  entry.request.set_type(wire::JOIN);
+  entry.request.set_name("__kolo_join__");
+  auto work = Submit(std::move(entry));
+  if (!work.ok()) return work.status();
+  absl::Status s = work->Wait();
+  if (!s.ok()) return s;
+  return static_cast<int>(work->received_splits().at(0));
+}
+
+absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
+  const std::string name =
+      absl::StrCat("__kolo_process_set_", process_set_calls_++);
+  if (ranks.empty()) {
+    return absl::InvalidArgumentError("a process set needs at least one rank");
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= options_.size ||
+        (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "process set ranks [", absl::StrJoin(ranks, ", "),
+          "] must be distinct ranks of the job (0 to ", options_.size - 1,
+          "), sorted"));
+    }
+  }
+  TensorEntry entry;
+  entry.request.set_type(wire::ADD_PROCESS_SET);
+  entry.request.set_name(name);
+  for (int r : ranks) entry.request.add_shape(r);
+  auto work = Submit(std::move(entry));
+  if (!work.ok()) return work.status();
+  absl::Status s = work->Wait();
+  if (!s.ok()) return s;
+  return static_cast<int>(work->received_splits().at(0));
+}
+
+absl::Status RuntimeImpl::StartTimeline(const std::string& path) {
+  if (options_.rank != 0) return absl::OkStatus();
+  return timeline_.Start(path);
+}
+
+absl::Status RuntimeImpl::StopTimeline() {
+  timeline_.Stop();
+  return absl::OkStatus();
+}
+
+RuntimeStats RuntimeImpl::stats() const {
+  RuntimeStats s;
+  s.requests_sent = counters_.requests_sent;
+  s.cache_hits_sent = counters_.cache_hits_sent;
+  s.request_lists_sent = counters_.request_lists_sent;
+  s.response_lists_received = counters_.response_lists_received;
+  s.collectives_executed = counters_.collectives_executed;
+  s.tensors_executed = counters_.tensors_executed;
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  for (const auto& [id, set] : sets_) {
+    if (set->coordinator) {
+      s.coordinator_requests_received += set->coordinator->requests_received();
+      s.coordinator_cache_hits_received +=
+          set->coordinator->cache_hits_received();
+    }
+  }
+  return s;
 }
 
 void RuntimeImpl::Notify() {
@@ -159,15 +298,15 @@ absl::Status RuntimeImpl::ExplainCollectiveFailure(const absl::Status& error) {
 // Note [Background loop]
 // The loop sleeps until something happens: a caller submitted work, a
 // control message arrived, or a deadline is due (the coordinator's batching
-// window, an op timeout). There is no fixed tick: an idle job costs nothing
-// and a lone request is sent at once. Each pass:
-//  1. sends this rank's new requests (and its shutdown request) to the
-//     coordinator;
-//  2. rank 0: feeds received request lists to the Coordinator; other ranks:
-//     execute received response lists in order;
-//  3. rank 0: when names are ready, waits at most KOLO_CYCLE_TIME from the
-//     oldest ready name for more names to complete (only while some are
-//     partially submitted), then fuses, broadcasts and executes the list.
+// window, an op timeout, the stall inspector). There is no fixed tick: an
+// idle job costs nothing and a lone request is sent at once. Each pass:
+//  1. sends this rank's new requests, per process set, to the coordinator
+//     (cache ids where the response cache knows them);
+//  2. rank 0: feeds received request lists to the sets' Coordinators; other
+//     ranks: execute received response lists in order;
+//  3. rank 0: for each set with ready names, waits at most KOLO_CYCLE_TIME
+//     from the oldest ready name for more names to complete (only while
+//     some are partially submitted), then fuses, sends and executes a list.
 void RuntimeImpl::BackgroundLoop() {
   const bool coordinator = options_.rank == 0;
   absl::Time next_wakeup = absl::InfiniteFuture();
@@ -187,42 +326,48 @@ void RuntimeImpl::BackgroundLoop() {
     if (!fatal_status().ok()) break;
     const absl::Time now = absl::Now();
     next_wakeup = absl::InfiniteFuture();
+    timeline_.Marker("CYCLE_START");
 
-    std::vector<wire::Request> fresh = queue_.TakeNewRequests();
-    const bool send_shutdown = shutdown_requested_ && !shutdown_sent_;
-    if (!fresh.empty() || send_shutdown) {
-      wire::ControlMessage message;
-      wire::RequestList* list = message.mutable_request_list();
-      for (auto& r : fresh) *list->add_requests() = std::move(r);
-      list->set_shutdown(send_shutdown);
-      shutdown_sent_ |= send_shutdown;
-      if (coordinator) {
-        coordinator_.AddRequests(0, *list, now);
-      } else {
-        absl::Status s = control_->SendToCoordinator(message);
-        if (!s.ok()) {
-          Fatal(s);
-          break;
-        }
-      }
-    }
-
+    SendRequests(now);
+    if (!fatal_status().ok()) break;
     if (control_) {
       for (ControlEvent& event : control_->TakeEvents()) {
         if (coordinator && event.message.has_request_list()) {
-          coordinator_.AddRequests(event.from_rank,
-                                   event.message.request_list(), now);
+          const wire::RequestList& list = event.message.request_list();
+          std::shared_ptr<ProcessSetState> set;
+          {
+            std::lock_guard<std::mutex> lock(sets_mu_);
+            auto it = sets_.find(list.process_set());
+            if (it != sets_.end()) set = it->second;
+          }
+          auto me = set ? std::find(set->ranks.begin(), set->ranks.end(),
+                                    event.from_rank)
+                        : std::vector<int>::iterator();
+          if (!set || me == set->ranks.end()) {
+            Fatal(absl::InternalError(absl::StrCat(
+                "rank ", event.from_rank, " sent requests for process set ",
+                list.process_set(), " it is not a member of")));
+            break;
+          }
+          set->coordinator->AddRequests(
+              static_cast<int>(me - set->ranks.begin()), list, now);
         } else if (!coordinator && event.message.has_response_list()) {
           const wire::ResponseList& list = event.message.response_list();
-          ExecuteList(list);
+          std::shared_ptr<ProcessSetState> set;
+          {
+            std::lock_guard<std::mutex> lock(sets_mu_);
+            set = sets_.at(list.process_set());
+          }
+          ExecuteList(*set, list, /*sent_here=*/false);
           if (list.shutdown()) done = true;
         }
+        if (!fatal_status().ok()) break;
       }
     }
     if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
     if (!fatal_status().ok()) break;
-    next_wakeup = std::min(
-        next_wakeup, queue_.ExpireLocal(now, options_.op_timeout));
+    next_wakeup = std::min(next_wakeup,
+                           queue_.ExpireLocal(now, options_.op_timeout));
   }
   {
     std::lock_guard<std::mutex> lock(state_mu_);
@@ -231,73 +376,212 @@ void RuntimeImpl::BackgroundLoop() {
   state_cv_.notify_all();
 }
 
-void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
-                                  bool* done) {
-  coordinator_.ExpireOlderThan(options_.op_timeout, now);
-  bool emit = false;
-  if (coordinator_.HasReady()) {
-    const absl::Time batch_until =
-        coordinator_.OldestReadyTime() + options_.cycle_time;
-    if (!coordinator_.HasPartial() || now >= batch_until) {
-      emit = true;
+void RuntimeImpl::SendRequests(absl::Time now) {
+  std::vector<wire::Request> fresh = queue_.TakeNewRequests();
+  const bool send_shutdown = shutdown_requested_ && !shutdown_sent_;
+  if (fresh.empty() && !send_shutdown) return;
+  std::map<int, wire::RequestList> lists;
+  std::map<int, std::shared_ptr<ProcessSetState>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets.insert(sets_.begin(), sets_.end());
+  }
+  for (wire::Request& r : fresh) {
+    ProcessSetState& set = *sets.at(r.process_set());
+    wire::RequestList& list = lists[r.process_set()];
+    if (r.type() == wire::JOIN) joined_ = true;
+    const int64_t id = set.cache->Lookup(r);
+    if (id >= 0) {
+      list.add_cached_ids(id);
+      ++counters_.cache_hits_sent;
     } else {
-      *next_wakeup = std::min(*next_wakeup, batch_until);
+      *list.add_requests() = std::move(r);
+      ++counters_.requests_sent;
     }
   }
-  const bool all_shutdown = coordinator_.AllShutdown();
-  if (emit || all_shutdown) {
-    wire::ControlMessage message;
-    wire::ResponseList* list = message.mutable_response_list();
-    for (auto& r : PlanFusion(coordinator_.TakeReady(),
-                              options_.fusion_threshold_bytes, options_.size)) {
-      *list->add_responses() = std::move(r);
+  if (send_shutdown) {
+    // Leaving the job leaves every set: their coordinators fail whatever
+    // this rank never submitted.
+    for (auto& [id, set] : sets) {
+      if (set->member()) lists[id].set_shutdown(true);
     }
-    // Every rank asked to shut down, so none can add requests any more.
-    list->set_shutdown(all_shutdown);
-    if (control_) {
-      if (all_shutdown) control_->MarkShuttingDown();
-      absl::Status s = control_->Broadcast(message);
+    shutdown_sent_ = true;
+  }
+  for (auto& [id, list] : lists) {
+    ProcessSetState& set = *sets.at(id);
+    list.set_process_set(id);
+    list.set_acked_seq(set.executed_seq);
+    ++counters_.request_lists_sent;
+    if (options_.rank == 0) {
+      set.coordinator->AddRequests(set.rank, list, now);
+    } else {
+      wire::ControlMessage message;
+      *message.mutable_request_list() = std::move(list);
+      absl::Status s = control_->SendToCoordinator(message);
       if (!s.ok()) {
         Fatal(s);
         return;
       }
     }
-    ExecuteList(*list);
-    if (all_shutdown) *done = true;
   }
-  *next_wakeup =
-      std::min(*next_wakeup, coordinator_.NextExpiry(options_.op_timeout));
 }
 
-void RuntimeImpl::ExecuteList(const wire::ResponseList& list) {
-  if (list.shutdown() && control_) control_->MarkShuttingDown();
-  for (const wire::Response& response : list.responses()) {
-    std::vector<std::unique_ptr<TensorEntry>> entries;
-    entries.reserve(response.names_size());
-    bool missing = false;
-    for (const std::string& name : response.names()) {
-      auto entry = queue_.Take(name);
-      if (!entry) {
-        missing = true;
-        break;
+void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
+                                  bool* done) {
+  std::vector<std::shared_ptr<ProcessSetState>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, set] : sets_) sets.push_back(set);
+  }
+  // The global set goes last: at shutdown its list is the final one.
+  std::rotate(sets.begin(), sets.begin() + 1, sets.end());
+  const bool all_shutdown = sets.back()->coordinator->AllShutdown();
+  for (auto& set : sets) {
+    Coordinator& c = *set->coordinator;
+    c.ExpireOlderThan(options_.op_timeout, now);
+    if (options_.stall_check_time > absl::ZeroDuration()) {
+      for (const std::string& line : c.StallReport(options_.stall_check_time, now)) {
+        logger_.Warning(absl::StrCat(
+            "stalled collectives", set->id ? absl::StrCat(" in process set ", set->id) : "",
+            ": ", line, " not submitted after ",
+            absl::FormatDuration(options_.stall_check_time)));
       }
-      entries.push_back(std::move(entry));
+      *next_wakeup = std::min(*next_wakeup, c.NextStallCheck(options_.stall_check_time));
     }
-    if (missing) {
+    if (options_.stall_shutdown_time > absl::ZeroDuration()) {
+      if (auto stalled = c.StalledPast(options_.stall_shutdown_time, now)) {
+        wire::ControlMessage message;
+        message.mutable_job_failed()->set_code(
+            static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+        message.mutable_job_failed()->set_message(*stalled);
+        if (control_) control_->Broadcast(message).IgnoreError();
+        Fatal(absl::DeadlineExceededError(*stalled));
+        return;
+      }
+      *next_wakeup = std::min(
+          *next_wakeup, c.NextPendingDeadline(options_.stall_shutdown_time));
+    }
+    bool emit = false;
+    if (c.HasReady()) {
+      const absl::Time batch_until = c.OldestReadyTime() + options_.cycle_time;
+      if (!c.HasPartial() || now >= batch_until || all_shutdown) {
+        emit = true;
+      } else {
+        *next_wakeup = std::min(*next_wakeup, batch_until);
+      }
+    }
+    if (emit || (all_shutdown && set->id == kGlobalProcessSet)) {
+      wire::ResponseList list = c.TakeResponseList();
+      // Every rank asked to shut down: the global set's list is the last
+      // one (after every other set's), since no rank can add requests.
+      list.set_shutdown(all_shutdown && set->id == kGlobalProcessSet);
+      SendList(*set, list);
+      if (!fatal_status().ok()) return;
+      if (list.shutdown()) *done = true;
+    }
+    *next_wakeup =
+        std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
+  }
+}
+
+void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list) {
+  if (control_) {
+    if (list.shutdown()) control_->MarkShuttingDown();
+    wire::ControlMessage message;
+    *message.mutable_response_list() = list;
+    absl::Status s = control_->SendTo(set.ranks, message);
+    if (!s.ok()) {
+      Fatal(s);
+      return;
+    }
+  }
+  if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
+}
+
+void RuntimeImpl::ExecuteList(ProcessSetState& set,
+                              const wire::ResponseList& list, bool sent_here) {
+  if (list.shutdown() && control_) control_->MarkShuttingDown();
+  ++counters_.response_lists_received;
+  // The coordinator applied the cache changes when it built the list.
+  const bool apply_cache = !sent_here && !list.cache_frozen();
+  for (const wire::Response& response : list.responses()) {
+    ExecuteResponse(set, response, apply_cache);
+    if (!fatal_status().ok()) return;
+  }
+  set.executed_seq = list.seq();
+  // Only the coordinator reads evicted entries.
+  if (!sent_here) set.cache->PruneGraveyard(list.seq());
+}
+
+void RuntimeImpl::ExecuteResponse(ProcessSetState& set, wire::Response response,
+                                  bool apply_cache) {
+  const bool from_cache = response.cache_ids_size() > 0;
+  if (!ExpandCachedResponse(*set.cache, &response)) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", options_.rank, ": response cache of process set ", set.id,
+        " out of step with the coordinator")));
+    return;
+  }
+  if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+    std::vector<int> ranks(response.first_dims().begin(),
+                           response.first_dims().end());
+    RegisterProcessSet(response.value(), ranks);
+    std::shared_ptr<ProcessSetState> created;
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      created = sets_.at(response.value());
+    }
+    absl::Status s = ConnectProcessSet(*created);
+    auto entry = queue_.Take(set.id, response.names(0));
+    if (entry) entry->Complete(s, {response.value()});
+    if (!s.ok()) Fatal(s);
+    return;
+  }
+  if (response.type() == wire::RESPONSE_JOIN) joined_ = false;
+
+  std::vector<std::unique_ptr<TensorEntry>> entries;
+  entries.reserve(response.names_size());
+  for (int i = 0; i < response.names_size(); ++i) {
+    const std::string& name = response.names(i);
+    auto entry = queue_.Take(set.id, name);
+    if (!entry && response.type() == wire::RESPONSE_ALLREDUCE && joined_) {
+      // Joined: contribute zeros so that the others' sums go on.
+      entry = std::make_unique<TensorEntry>();
+      const DataType dtype = static_cast<DataType>(response.dtype());
+      entry->scratch = std::make_shared<std::vector<uint8_t>>(
+          response.elements(i) * DataTypeSize(dtype));
+      entry->input = entry->output = TensorView(
+          entry->scratch->data(), dtype, {response.elements(i)});
+      entry->work = std::make_shared<internal::WorkState>();
+    }
+    if (!entry) {
       if (response.type() == wire::RESPONSE_ERROR) continue;  // Not ours.
       // Every rank submitted every name of a data response: this one did
       // not, so the ranks are out of step.
       Fatal(absl::InternalError(absl::StrCat(
-          "rank ", options_.rank, " received a response for \"",
-          response.names(0), "\" that it never submitted")));
+          "rank ", options_.rank, " received a response for \"", name,
+          "\" that it never submitted")));
       return;
     }
-    absl::Status s = executor_->Execute(response, entries);
-    if (!s.ok()) {
-      Fatal(ExplainCollectiveFailure(s));
-      return;
+    if (apply_cache && response.type() != wire::RESPONSE_ERROR) {
+      if (from_cache) {
+        set.cache->Touch(response.cache_ids(i));
+      } else if (Cacheable(response)) {
+        set.cache->Insert(entry->request, 0);
+      }
     }
+    entries.push_back(std::move(entry));
   }
+  if (apply_cache && response.type() == wire::RESPONSE_ERROR) {
+    for (const std::string& name : response.names()) set.cache->Erase(name, 0);
+  }
+  if (entries.empty()) return;
+  if (response.type() != wire::RESPONSE_ERROR) {
+    ++counters_.collectives_executed;
+    counters_.tensors_executed += static_cast<int64_t>(entries.size());
+  }
+  absl::Status s = set.executor->Execute(response, entries);
+  if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
 }
 
 bool RuntimeImpl::StopLoop(absl::Time deadline) {
@@ -318,7 +602,8 @@ bool RuntimeImpl::StopLoop(absl::Time deadline) {
 
 absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   if (stopped_.exchange(true)) {
-    return absl::FailedPreconditionError("Shutdown() or Abort() was already called");
+    return absl::FailedPreconditionError(
+        "Shutdown() or Abort() was already called");
   }
   const absl::Time deadline = absl::Now() + timeout;
   accepting_ = false;
@@ -338,6 +623,7 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
         " waiting for the other ranks to shut down")));
     StopLoop(absl::Now() + absl::Milliseconds(100));
   }
+  timeline_.Stop();
   if (control_) control_->Close();
   absl::Status fatal = fatal_status();
   if (!fatal.ok()) return fatal;
@@ -347,6 +633,7 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
 void RuntimeImpl::Abort() {
   if (stopped_.exchange(true)) return;
   Fatal(absl::AbortedError("Abort() was called"));
+  timeline_.Stop();
   if (control_) control_->Close();
   StopLoop(absl::Now() + absl::Milliseconds(100));
 }

@@ -1,5 +1,7 @@
 // RuntimeImpl: owns everything one Runtime runs: the store, the control
-// plane, the backend, the tensor queue and the background thread.
+// plane, the process sets (each with its backend, executor, response cache
+// and, on rank 0, its coordinator), the tensor queue and the background
+// thread.
 //
 // Threads: the public methods run on caller threads; BackgroundLoop() on the
 // background thread (the only one that negotiates and issues collectives);
@@ -9,6 +11,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -23,7 +26,9 @@
 #include "runtime/controller.h"
 #include "runtime/executor.h"
 #include "runtime/logging.h"
+#include "runtime/response_cache.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
 
 namespace kolo {
 
@@ -31,24 +36,65 @@ namespace rendezvous {
 class TcpStoreServer;
 }
 
+// One process set as seen by this process.
+struct ProcessSetState {
+  int id = 0;
+  std::vector<int> ranks;  // global ranks, sorted
+  int rank = -1;           // this process's rank in the set; -1: not a member
+  // Members only (background thread):
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Executor> executor;
+  std::unique_ptr<ResponseCache> own_cache;
+  ResponseCache* cache = nullptr;  // own_cache, or the coordinator's on rank 0
+  int64_t executed_seq = 0;
+  // Global rank 0 only: negotiation for the set.
+  std::unique_ptr<Coordinator> coordinator;
+  // Caller threads: numbers barriers so that every rank names them alike.
+  std::atomic<int64_t> barriers{0};
+
+  bool member() const { return rank >= 0; }
+  int size() const { return static_cast<int>(ranks.size()); }
+};
+
 class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
  public:
   explicit RuntimeImpl(const Options& options);
   ~RuntimeImpl();
 
-  // Rendezvous, control plane, backend, background thread.
+  // Rendezvous, control plane, the global set's backend, background thread.
   absl::Status Start();
 
   const Options& options() const { return options_; }
+  // Checks the process set, then queues the entry. `process_set` of the
+  // request must be set.
   absl::StatusOr<Work> Submit(TensorEntry entry);
+  // The set (and this rank's place in it); InvalidArgument naming `what`
+  // if unknown or if this rank is not a member.
+  absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
+      int process_set, const std::string& what) const;
+  absl::StatusOr<std::vector<int>> SetRanks(int process_set) const;
+
+  absl::StatusOr<int> Join();
+  absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  absl::Status StartTimeline(const std::string& path);
+  absl::Status StopTimeline();
+  RuntimeStats stats() const;
+
   absl::Status Shutdown(absl::Duration timeout);
   void Abort();
 
  private:
   // Note [Background loop] in runtime_impl.cc.
   void BackgroundLoop();
+  void SendRequests(absl::Time now);
   void CoordinatorStep(absl::Time now, absl::Time* next_wakeup, bool* done);
-  void ExecuteList(const wire::ResponseList& list);
+  void SendList(ProcessSetState& set, const wire::ResponseList& list);
+  void ExecuteList(ProcessSetState& set, const wire::ResponseList& list,
+                   bool sent_here);
+  void ExecuteResponse(ProcessSetState& set, wire::Response response,
+                       bool apply_cache);
+  void RegisterProcessSet(int id, std::vector<int> ranks);
+  absl::Status ConnectProcessSet(ProcessSetState& set);
   void Notify();
   // Fails all pending and future work with `status`. Any thread.
   void Fatal(const absl::Status& status);
@@ -56,8 +102,6 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // After a failed collective: give the control plane a moment to say which
   // rank was lost, since that message is the useful one.
   absl::Status ExplainCollectiveFailure(const absl::Status& backend_error);
-  // Stops the background thread: joins it if it ends by `deadline`, else
-  // leaves it to end on its own (it holds a reference to this object).
   bool StopLoop(absl::Time deadline);
 
   const Options options_;
@@ -65,10 +109,11 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::shared_ptr<Store> store_;  // prefixed "kolo"
   std::unique_ptr<rendezvous::TcpStoreServer> store_server_;
   std::unique_ptr<ControlPlane> control_;
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Executor> executor_;
-  Coordinator coordinator_;  // used on rank 0 only
   TensorQueue queue_;
+  Timeline timeline_;
+
+  mutable std::mutex sets_mu_;
+  std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_
 
   std::mutex wake_mu_;
   std::condition_variable wake_cv_;
@@ -81,7 +126,15 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::atomic<bool> accepting_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
+  std::atomic<int64_t> process_set_calls_{0};
   bool shutdown_sent_ = false;  // background thread only
+  bool joined_ = false;         // background thread only
+
+  struct Counters {
+    std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},
+        request_lists_sent{0}, response_lists_received{0},
+        collectives_executed{0}, tensors_executed{0};
+  } counters_;
   std::thread thread_;
 };
 

@@ -5,12 +5,31 @@
 
 namespace kolo {
 
+std::string QueueKey(int process_set, const std::string& name) {
+  return absl::StrCat(process_set, "/", name);
+}
+
+void TensorEntry::Complete(const absl::Status& status,
+                           std::vector<int64_t> splits) {
+  if (!work->Complete(status, std::move(splits)) || !group) return;
+  bool last = false;
+  absl::Status final_status;
+  {
+    std::lock_guard<std::mutex> lock(group->mu);
+    if (group->status.ok() && !status.ok()) group->status = status;
+    last = --group->remaining == 0;
+    final_status = group->status;
+  }
+  if (last) group->work->Complete(final_status);
+}
+
 absl::Status TensorQueue::Add(TensorEntry entry) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) return closed_;
     const std::string& name = entry.request.name();
-    auto it = table_.find(name);
+    const std::string key = QueueKey(entry.request.process_set(), name);
+    auto it = table_.find(key);
     if (it != table_.end() && !it->second->scratch) {
       return absl::AlreadyExistsError(absl::StrCat(
           CollectiveName(entry.request.type()), " \"", name,
@@ -25,7 +44,7 @@ absl::Status TensorQueue::Add(TensorEntry entry) {
           "been resolved by the other ranks yet"));
     }
     new_requests_.push_back(entry.request);
-    table_.emplace(name, std::make_unique<TensorEntry>(std::move(entry)));
+    table_.emplace(key, std::make_unique<TensorEntry>(std::move(entry)));
   }
   notify_();
   return absl::OkStatus();
@@ -38,11 +57,12 @@ std::vector<wire::Request> TensorQueue::TakeNewRequests() {
   return out;
 }
 
-std::unique_ptr<TensorEntry> TensorQueue::Take(const std::string& name) {
+std::unique_ptr<TensorEntry> TensorQueue::Take(int process_set,
+                                               const std::string& name) {
   std::unique_ptr<TensorEntry> entry;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = table_.find(name);
+    auto it = table_.find(QueueKey(process_set, name));
     if (it == table_.end()) return nullptr;
     entry = std::move(it->second);
     table_.erase(it);
@@ -53,35 +73,29 @@ std::unique_ptr<TensorEntry> TensorQueue::Take(const std::string& name) {
 
 absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
   absl::Time next = absl::InfiniteFuture();
-  std::vector<std::shared_ptr<internal::WorkState>> expired;
-  std::vector<std::string> names;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto& [name, e] : table_) {
-      if (e->scratch) continue;
-      if (e->deadline > now) {
-        next = std::min(next, e->deadline);
-        continue;
-      }
-      const int64_t bytes = e->input.ByteSize();
-      e->scratch = std::make_shared<std::vector<uint8_t>>(bytes);
-      e->input.data = e->scratch->data();
-      e->output = e->input;
-      e->allocator = [scratch = std::make_shared<std::vector<uint8_t>>(),
-                      dtype = e->input.dtype](const std::vector<int64_t>& shape)
-          -> absl::StatusOr<void*> {
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        scratch->resize(n * DataTypeSize(dtype));
-        return static_cast<void*>(scratch->data());
-      };
-      expired.push_back(e->work);
-      names.push_back(name);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [key, e] : table_) {
+    if (e->scratch) continue;
+    if (e->deadline > now) {
+      next = std::min(next, e->deadline);
+      continue;
     }
-  }
-  for (size_t i = 0; i < expired.size(); ++i) {
-    expired[i]->Complete(absl::DeadlineExceededError(absl::StrCat(
-        "\"", names[i], "\": no response from the coordinator within ",
+    const int64_t bytes = e->input.ByteSize();
+    e->scratch = std::make_shared<std::vector<uint8_t>>(bytes);
+    e->input.data = e->scratch->data();
+    e->output = e->input;
+    e->allocator = [scratch = std::make_shared<std::vector<uint8_t>>(),
+                    dtype = e->input.dtype](const std::vector<int64_t>& shape)
+        -> absl::StatusOr<void*> {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      scratch->resize(n * DataTypeSize(dtype));
+      return static_cast<void*>(scratch->data());
+    };
+    // Completing under the lock is safe: it only wakes waiters.
+    e->Complete(absl::DeadlineExceededError(absl::StrCat(
+        CollectiveName(e->request.type()), " \"", e->request.name(),
+        "\": no response from the coordinator within ",
         absl::FormatDuration(op_timeout),
         " (KOLO_OP_TIMEOUT); is rank 0 alive and reachable?")));
   }
@@ -97,10 +111,11 @@ void TensorQueue::Close(const absl::Status& status) {
     new_requests_.clear();
     drained_cv_.notify_all();
   }
-  for (auto& [name, e] : table) {
-    e->work->Complete(absl::Status(
-        status.code(), absl::StrCat(CollectiveName(e->request.type()), " \"",
-                                    name, "\" failed: ", status.message())));
+  for (auto& [key, e] : table) {
+    e->Complete(absl::Status(
+        status.code(),
+        absl::StrCat(CollectiveName(e->request.type()), " \"",
+                     e->request.name(), "\" failed: ", status.message())));
   }
 }
 

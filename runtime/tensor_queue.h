@@ -26,17 +26,34 @@
 
 namespace kolo {
 
+// Completion of a grouped allreduce: one Work for all members; the first
+// error wins.
+struct GroupCompletion {
+  std::mutex mu;
+  int remaining = 0;          // guarded by mu
+  absl::Status status;        // guarded by mu
+  std::shared_ptr<internal::WorkState> work;
+};
+
 struct TensorEntry {
   wire::Request request;  // What the coordinator sees.
   TensorView input;       // Allreduce/allgather input; broadcast tensor.
   TensorView output;      // Allreduce output.
   OutputAllocator allocator;  // Allgather.
   std::shared_ptr<internal::WorkState> work;
+  std::shared_ptr<GroupCompletion> group;  // grouped allreduce only
   absl::Time deadline;    // Local backstop for the op timeout.
   // Set once the entry timed out locally: the caller's memory is no longer
   // ours, so a late response runs on this zero-filled scratch instead.
   std::shared_ptr<std::vector<uint8_t>> scratch;
+
+  // Completes this entry's Work (and its group's, once every member is
+  // done). Later calls are ignored.
+  void Complete(const absl::Status& status, std::vector<int64_t> splits = {});
 };
+
+// The key of an in-flight collective: names are unique per process set.
+std::string QueueKey(int process_set, const std::string& name);
 
 class TensorQueue {
  public:
@@ -52,8 +69,9 @@ class TensorQueue {
   // Requests added since the last call, in submission order.
   std::vector<wire::Request> TakeNewRequests();
 
-  // Removes and returns the entry for `name`; null if not in flight.
-  std::unique_ptr<TensorEntry> Take(const std::string& name);
+  // Removes and returns the entry for `name` in `process_set`; null if not
+  // in flight.
+  std::unique_ptr<TensorEntry> Take(int process_set, const std::string& name);
 
   // Entries whose deadline passed are failed with DeadlineExceeded and turned
   // into scratch entries (see TensorEntry::scratch). Returns the earliest

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
+#include "gloo/alltoallv.h"
 #include "gloo/broadcast.h"
 #include "ops/cpu/reduce.h"
 #include "ops/gloo/gloo_context.h"
@@ -105,6 +106,42 @@ class GlooBackend : public Backend {
       return GlooError("allgather", e);
     }
     return absl::OkStatus();
+  }
+
+  absl::Status Alltoallv(const void* input, const std::vector<size_t>& send_bytes,
+                         void* output,
+                         const std::vector<size_t>& recv_bytes) override {
+    if (size_ == 1) {
+      if (send_bytes[0] && input != output) {
+        std::memmove(output, input, send_bytes[0]);
+      }
+      return absl::OkStatus();
+    }
+    size_t sent = 0, received = 0;
+    for (size_t b : send_bytes) sent += b;
+    for (size_t b : recv_bytes) received += b;
+    if (sent == 0 && received == 0) return absl::OkStatus();
+    try {
+      ::gloo::AlltoallvOptions opts(context_);
+      opts.setTimeout(context_->getTimeout());
+      // gloo wants non-null buffers even for zero bytes.
+      uint8_t dummy_in = 0, dummy_out = 0;
+      uint8_t* in = sent ? static_cast<uint8_t*>(const_cast<void*>(input))
+                         : &dummy_in;
+      uint8_t* out = received ? static_cast<uint8_t*>(output) : &dummy_out;
+      opts.setInput(in, std::vector<int64_t>(send_bytes.begin(), send_bytes.end()));
+      opts.setOutput(out,
+                     std::vector<int64_t>(recv_bytes.begin(), recv_bytes.end()));
+      ::gloo::alltoallv(opts);
+    } catch (const std::exception& e) {
+      return GlooError("alltoall", e);
+    }
+    return absl::OkStatus();
+  }
+
+  void Combine(void* out, const void* in, size_t count, DataType dtype,
+               ReduceOp op) override {
+    cpu::Reduce(op, dtype, out, out, in, count);
   }
 
   void Scale(void* data, size_t count, DataType dtype, double factor) override {

@@ -177,6 +177,15 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
       }
       continue;
     }
+    if (message.has_job_failed() && rank_ != 0) {
+      shutting_down_ = true;  // The coordinator ends the job.
+      if (!lost_reported_.exchange(true)) {
+        callbacks_.on_fatal(absl::Status(
+            static_cast<absl::StatusCode>(message.job_failed().code()),
+            message.job_failed().message()));
+      }
+      continue;
+    }
     if (message.has_response_list() && message.response_list().shutdown()) {
       shutting_down_ = true;  // The coordinator closes after this message.
     }
@@ -241,12 +250,21 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
 }
 
 absl::Status ControlPlane::Broadcast(const wire::ControlMessage& m) {
+  std::vector<int> all;
+  for (int r = 1; r < size_; ++r) all.push_back(r);
+  return SendTo(all, m);
+}
+
+absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
+                                  const wire::ControlMessage& m) {
   const std::string bytes = Serialize(m);
   std::vector<std::pair<int, std::shared_ptr<net::SecureChannel>>> targets;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int r = 1; r < static_cast<int>(channels_.size()); ++r) {
-      if (channels_[r]) targets.emplace_back(r, channels_[r]);
+    for (int r : ranks) {
+      if (r > 0 && r < static_cast<int>(channels_.size()) && channels_[r]) {
+        targets.emplace_back(r, channels_[r]);
+      }
     }
   }
   absl::Status first;

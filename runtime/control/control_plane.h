@@ -63,6 +63,9 @@ class ControlPlane {
   absl::Status SendToCoordinator(const wire::ControlMessage& message);
   // Coordinator: to every other rank (serialized once).
   absl::Status Broadcast(const wire::ControlMessage& message);
+  // Coordinator: to the given ranks (rank 0 itself is skipped).
+  absl::Status SendTo(const std::vector<int>& ranks,
+                      const wire::ControlMessage& message);
 
   // Messages received since the last call, in arrival order.
   std::vector<ControlEvent> TakeEvents();

@@ -32,15 +32,30 @@ wire::RequestList List(std::vector<wire::Request> requests, bool shutdown = fals
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
 
+// A coordinator for ranks 0..size-1 that does not fuse (one response per
+// tensor), so that tests can look at each response.
+Coordinator::Config Config(int size, int cache_capacity = 0) {
+  Coordinator::Config c;
+  for (int r = 0; r < size; ++r) c.global_ranks.push_back(r);
+  c.fusion_threshold_bytes = 0;
+  c.cache_capacity = cache_capacity;
+  return c;
+}
+
+std::vector<wire::Response> Take(Coordinator& c) {
+  wire::ResponseList list = c.TakeResponseList();
+  return {list.responses().begin(), list.responses().end()};
+}
+
 TEST(Coordinator, NameBecomesReadyOnlyWhenEveryRankRequestedIt) {
-  Coordinator c(3);
+  Coordinator c(Config(3));
   c.AddRequests(0, List({Allreduce("a", {4}), Allreduce("b", {2})}), kT0);
   c.AddRequests(2, List({Allreduce("b", {2})}), kT0);
   EXPECT_FALSE(c.HasReady());
   EXPECT_TRUE(c.HasPartial());
   c.AddRequests(1, List({Allreduce("b", {2})}), kT0);
   ASSERT_TRUE(c.HasReady());
-  auto ready = c.TakeReady();
+  auto ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ALLREDUCE);
   EXPECT_EQ(ready[0].names(0), "b");
@@ -49,24 +64,24 @@ TEST(Coordinator, NameBecomesReadyOnlyWhenEveryRankRequestedIt) {
 }
 
 TEST(Coordinator, ReadyOrderIsCompletionOrderNotSubmissionOrder) {
-  Coordinator c(2);
+  Coordinator c(Config(2));
   c.AddRequests(0, List({Allreduce("x", {1}), Allreduce("y", {1})}), kT0);
   c.AddRequests(1, List({Allreduce("y", {1}), Allreduce("x", {1})}), kT0);
-  auto ready = c.TakeReady();
+  auto ready = Take(c);
   ASSERT_EQ(ready.size(), 2u);
   EXPECT_EQ(ready[0].names(0), "y");
   EXPECT_EQ(ready[1].names(0), "x");
 }
 
 TEST(Coordinator, ExpiryNamesMissingRanks) {
-  Coordinator c(4);
+  Coordinator c(Config(4));
   c.AddRequests(0, List({Allreduce("slow", {1})}), kT0);
   c.AddRequests(3, List({Allreduce("slow", {1})}), kT0);
-  EXPECT_EQ(c.NextExpiry(absl::Seconds(10)), kT0 + absl::Seconds(10));
+  EXPECT_EQ(c.NextPendingDeadline(absl::Seconds(10)), kT0 + absl::Seconds(10));
   c.ExpireOlderThan(absl::Seconds(10), kT0 + absl::Seconds(9));
   EXPECT_FALSE(c.HasReady());
   c.ExpireOlderThan(absl::Seconds(10), kT0 + absl::Seconds(10));
-  auto ready = c.TakeReady();
+  auto ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
   EXPECT_EQ(ready[0].error_code(),
@@ -77,21 +92,147 @@ TEST(Coordinator, ExpiryNamesMissingRanks) {
 }
 
 TEST(Coordinator, ShutdownFailsNamesTheRankNeverSubmitted) {
-  Coordinator c(2);
+  Coordinator c(Config(2));
   c.AddRequests(0, List({Allreduce("orphan", {1})}), kT0);
   c.AddRequests(1, List({}, /*shutdown=*/true), kT0);
-  auto ready = c.TakeReady();
+  auto ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
   EXPECT_THAT(ready[0].error(), HasSubstr("rank 1 shut down without submitting it"));
   // A name submitted after the departure fails too.
   c.AddRequests(0, List({Allreduce("late", {1})}), kT0);
-  ready = c.TakeReady();
+  ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
   EXPECT_FALSE(c.AllShutdown());
   c.AddRequests(0, List({}, true), kT0);
   EXPECT_TRUE(c.AllShutdown());
+}
+
+TEST(Coordinator, ProcessSetErrorsNameGlobalRanks) {
+  Coordinator::Config config = Config(2);
+  config.global_ranks = {3, 5};  // a process set of global ranks 3 and 5
+  Coordinator c(config);
+  c.AddRequests(0, List({Allreduce("p", {2})}), kT0);
+  c.AddRequests(1, List({Allreduce("p", {3})}), kT0);
+  auto ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("shape mismatch: rank 3 has [2]; rank 5 has [3]"));
+}
+
+TEST(Coordinator, CachedRequestsTravelAsIdsAndStayValidated) {
+  Coordinator c(Config(2, /*cache_capacity=*/8));
+  c.AddRequests(0, List({Allreduce("w", {4})}), kT0);
+  c.AddRequests(1, List({Allreduce("w", {4})}), kT0);
+  auto first = Take(c);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].cache_ids_size(), 0);  // first time: a full response
+  const int64_t id = c.cache().Lookup(Allreduce("w", {4}));
+  ASSERT_GE(id, 0);
+  EXPECT_EQ(c.cache().Lookup(Allreduce("w", {5})), -1);  // other shape: miss
+
+  wire::RequestList hit;
+  hit.add_cached_ids(id);
+  c.AddRequests(0, hit, kT0);
+  c.AddRequests(1, hit, kT0);
+  auto second = Take(c);
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_EQ(second[0].cache_ids_size(), 1);  // only the id travels
+  EXPECT_EQ(second[0].cache_ids(0), id);
+  EXPECT_EQ(second[0].names_size(), 0);
+  EXPECT_EQ(c.requests_received(), 2);
+  EXPECT_EQ(c.cache_hits_received(), 2);
+
+  // One rank by id, the other with a new shape: validated like any request.
+  c.AddRequests(0, hit, kT0);
+  c.AddRequests(1, List({Allreduce("w", {5})}), kT0);
+  auto third = Take(c);
+  ASSERT_EQ(third.size(), 1u);
+  EXPECT_EQ(third[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_THAT(third[0].error(), HasSubstr("rank 0 has [4]; rank 1 has [5]"));
+  EXPECT_EQ(c.cache().Lookup(Allreduce("w", {4})), -1);  // erased by the error
+}
+
+TEST(ResponseCache, LruEvictionKeepsEvictedIdsUntilAcked) {
+  ResponseCache cache(2);
+  cache.Insert(Allreduce("a", {1}), 1);
+  cache.Insert(Allreduce("b", {1}), 1);
+  const int64_t a = cache.Lookup(Allreduce("a", {1}));
+  cache.Touch(a);                          // b is now least recently used
+  cache.Insert(Allreduce("c", {1}), 2);    // evicts b
+  EXPECT_EQ(cache.Lookup(Allreduce("b", {1})), -1);
+  EXPECT_GE(cache.Lookup(Allreduce("a", {1})), 0);
+  EXPECT_EQ(cache.size(), 2u);
+  ASSERT_EQ(cache.graveyard_size(), 1u);
+  cache.PruneGraveyard(1);
+  EXPECT_EQ(cache.graveyard_size(), 1u);  // evicted by list 2
+  cache.PruneGraveyard(2);
+  EXPECT_EQ(cache.graveyard_size(), 0u);
+}
+
+TEST(Coordinator, GroupIsReleasedWholeAndFailsWhole) {
+  Coordinator c(Config(2));
+  auto member = [](const std::string& name, std::vector<int64_t> shape) {
+    wire::Request r = Allreduce(name, shape);
+    r.set_group("g1+1");
+    r.set_group_size(2);
+    return r;
+  };
+  c.AddRequests(0, List({member("g1", {1}), member("g2", {1})}), kT0);
+  c.AddRequests(1, List({member("g1", {1})}), kT0);
+  EXPECT_FALSE(c.HasReady());  // g1 is ready but waits for g2
+  c.AddRequests(1, List({member("g2", {2})}), kT0);
+  auto ready = Take(c);
+  ASSERT_EQ(ready.size(), 2u);
+  for (const auto& r : ready) {
+    EXPECT_EQ(r.type(), wire::RESPONSE_ERROR) << r.names(0);
+  }
+  EXPECT_THAT(ready[0].error(), HasSubstr("failed because of another member"));
+}
+
+TEST(Coordinator, JoinedRanksCountForSumsOnlyAndJoinReturnsLastRank) {
+  Coordinator c(Config(3));
+  wire::Request join;
+  join.set_type(wire::JOIN);
+  join.set_name("__kolo_join__");
+  c.AddRequests(2, List({join}), kT0);
+  wire::Request avg = Allreduce("avg", {4});
+  avg.set_op(static_cast<int>(ReduceOp::kAverage));
+  wire::Request mx = Allreduce("max", {4});
+  mx.set_op(static_cast<int>(ReduceOp::kMax));
+  c.AddRequests(0, List({avg, mx}), kT0);
+  c.AddRequests(1, List({avg, mx}), kT0);
+  auto ready = Take(c);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ALLREDUCE);
+  EXPECT_EQ(ready[0].contributors(), 2);
+  EXPECT_EQ(ready[1].type(), wire::RESPONSE_ERROR);
+  EXPECT_EQ(ready[1].error_code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(ready[1].error(), HasSubstr("rank 2 has joined"));
+  c.AddRequests(0, List({join}), kT0);
+  c.AddRequests(1, List({join}), kT0);
+  ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_JOIN);
+  EXPECT_EQ(ready[0].value(), 1);
+}
+
+TEST(Coordinator, StallReportNamesMissingRanksOnce) {
+  Coordinator c(Config(3));
+  c.AddRequests(0, List({Allreduce("A", {1}), Allreduce("B", {1})}), kT0);
+  c.AddRequests(1, List({Allreduce("B", {1})}), kT0);
+  EXPECT_TRUE(c.StallReport(absl::Seconds(2), kT0 + absl::Seconds(1)).empty());
+  EXPECT_EQ(c.NextStallCheck(absl::Seconds(2)), kT0 + absl::Seconds(2));
+  auto lines = c.StallReport(absl::Seconds(2), kT0 + absl::Seconds(2));
+  EXPECT_EQ(lines, (std::vector<std::string>{"rank 1: [A]", "rank 2: [A, B]"}));
+  EXPECT_TRUE(c.StallReport(absl::Seconds(2), kT0 + absl::Seconds(3)).empty());
+  EXPECT_EQ(c.NextStallCheck(absl::Seconds(2)), absl::InfiniteFuture());
+  EXPECT_FALSE(c.StalledPast(absl::Seconds(5), kT0 + absl::Seconds(4)));
+  auto stalled = c.StalledPast(absl::Seconds(5), kT0 + absl::Seconds(5));
+  ASSERT_TRUE(stalled.has_value());
+  EXPECT_THAT(*stalled, HasSubstr("for ranks 1, 2 to submit it"));
 }
 
 TEST(BuildResponse, AllgatherCollectsFirstDimsAndChecksTrailingShape) {

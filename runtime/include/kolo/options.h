@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -32,13 +33,25 @@ struct Options {
   // Otherwise: the TCP store at this address (KOLO_RENDEZVOUS_ADDR/PORT).
   std::string rendezvous_addr = "127.0.0.1";
   int rendezvous_port = 29600;
-  // Rank 0 hosts the TCP store itself (workers not started by kolorun).
+  // Rank 0 hosts the TCP store itself, at bind_addr:rendezvous_port
+  // (KOLO_HOST_STORE; on by default when the placement comes from mpirun,
+  // Slurm or torchrun, off under kolorun, which hosts the store).
   bool host_store = false;
+  // Where the placement came from: "kolo" (KOLO_RANK/KOLO_SIZE, e.g.
+  // kolorun), "mpirun", "slurm", "torchrun", or "" (a job of one).
+  // Informational, for messages.
+  std::string placement_source;
   // The per-job secret that authenticates every connection on kolo's own
-  // ports (KOLO_SECRET_FILE or KOLO_SECRET). Never logged.
+  // ports (KOLO_SECRET_FILE or KOLO_SECRET, at least 16 bytes). Never logged.
   std::string secret;
-  // Address that kolo's listeners (control channel, gloo) bind to
-  // (from KOLO_IFACE; loopback by default).
+  // KOLO_INSECURE_NO_SECRET=1 and no secret given: `secret` holds a fixed,
+  // publicly known value, so anyone who can reach kolo's ports can join the
+  // job. The runtime logs a warning when this is set.
+  bool insecure_no_secret = false;
+  // Numeric IPv4 address that kolo's listeners (control channel, gloo, and
+  // the store when host_store) bind to: KOLO_IFACE's address; else, in a
+  // job of several ranks, the local address that reaches the rendezvous
+  // address; else loopback.
   std::string bind_addr = "127.0.0.1";
   // Interface name as given in KOLO_IFACE ("" = loopback). Informational.
   std::string iface;
@@ -47,6 +60,15 @@ struct Options {
   int64_t fusion_threshold_bytes = 64 << 20;      // KOLO_FUSION_THRESHOLD
   absl::Duration cycle_time = absl::Milliseconds(1);  // KOLO_CYCLE_TIME
   int cache_capacity = 1024;                      // KOLO_CACHE_CAPACITY
+
+  // --- Process sets created at start (ids 1, 2, ... in this order). Every
+  // rank must pass the same list. ---
+  std::vector<std::vector<int>> process_sets;
+
+  // --- Join. While ranks have joined, Average divides by the number of
+  // ranks that contributed data; true divides by the set size instead (as
+  // Horovod and DDP do). ---
+  bool join_average_over_set_size = false;
 
   // --- Timeouts. ---
   absl::Duration op_timeout = absl::Seconds(600);    // KOLO_OP_TIMEOUT

@@ -34,6 +34,11 @@
 
 namespace kolo {
 
+// Every request names a process set: 0 (kGlobalProcessSet) is the whole
+// job; others come from Options::process_sets or AddProcessSet(). Ranks in
+// requests (broadcast root) are ranks within the process set.
+constexpr int kGlobalProcessSet = 0;
+
 struct AllreduceRequest {
   std::string name;     // Unique among this rank's in-flight collectives.
   TensorView input;
@@ -43,12 +48,14 @@ struct AllreduceRequest {
   // unless both are 1.
   double prescale = 1.0;
   double postscale = 1.0;
+  int process_set = kGlobalProcessSet;
 };
 
 struct BroadcastRequest {
   std::string name;
   TensorView tensor;  // Read on `root`, overwritten on every other rank.
-  int root = 0;
+  int root = 0;       // Rank within the process set.
+  int process_set = kGlobalProcessSet;
 };
 
 // Called on the background thread once the output shape is known; returns
@@ -61,6 +68,49 @@ struct AllgatherRequest {
   std::string name;
   TensorView input;  // The first dimension may differ between ranks.
   OutputAllocator allocator;
+  int process_set = kGlobalProcessSet;
+};
+
+// Rank r sends rows [sum(splits[0..k)), sum(splits[0..k])) of its input to
+// rank k and receives, in rank order, what every rank sends it. The output
+// (allocated once the sizes are known) has sum over r of splits_r[me] rows;
+// Work::received_splits() reports the rows received from each rank.
+struct AlltoallRequest {
+  std::string name;
+  TensorView input;
+  std::vector<int64_t> splits;  // One entry per rank; empty = equal split.
+  OutputAllocator allocator;
+  int process_set = kGlobalProcessSet;
+};
+
+// Reduces the input (same shape on every rank) and leaves rank k with its
+// share of the first dimension: rows are split as evenly as possible, the
+// first (rows % size) ranks getting one extra row (ReducescatterShape).
+struct ReducescatterRequest {
+  std::string name;
+  TensorView input;
+  TensorView output;  // ReducescatterShape(input.shape, set size, set rank).
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int process_set = kGlobalProcessSet;
+};
+
+// The output shape of rank `rank` of `size` in a reducescatter of `input`.
+std::vector<int64_t> ReducescatterShape(const std::vector<int64_t>& input,
+                                        int size, int rank);
+
+// Counters of one Runtime, for diagnostics and tests.
+struct RuntimeStats {
+  int64_t requests_sent = 0;        // full requests sent to the coordinator
+  int64_t cache_hits_sent = 0;      // requests sent as response-cache ids
+  int64_t request_lists_sent = 0;   // control messages to the coordinator
+  int64_t response_lists_received = 0;
+  int64_t collectives_executed = 0; // backend collectives (after fusion)
+  int64_t tensors_executed = 0;
+  // Coordinator (rank 0) only: full requests received from every rank.
+  int64_t coordinator_requests_received = 0;
+  int64_t coordinator_cache_hits_received = 0;
 };
 
 class RuntimeImpl;
@@ -89,6 +139,41 @@ class Runtime {
   absl::StatusOr<Work> Allreduce(const AllreduceRequest& request);
   absl::StatusOr<Work> Broadcast(const BroadcastRequest& request);
   absl::StatusOr<Work> Allgather(const AllgatherRequest& request);
+  absl::StatusOr<Work> Alltoall(const AlltoallRequest& request);
+  absl::StatusOr<Work> Reducescatter(const ReducescatterRequest& request);
+
+  // Allreduces every tensor of `requests` as one unit: negotiated together
+  // (all or none: one bad member fails the whole group on every rank) and
+  // fused together where compatible. One Work for the group. All members
+  // must name the same process set.
+  absl::StatusOr<Work> GroupedAllreduce(
+      const std::vector<AllreduceRequest>& requests);
+
+  // Completes once every rank of the set has called Barrier.
+  absl::StatusOr<Work> Barrier(int process_set = kGlobalProcessSet);
+
+  // For uneven data: this rank has no more batches. Until every rank has
+  // joined, it contributes zeros to the sum/average allreduces the others
+  // submit (Average then divides by the number of ranks that contributed,
+  // or by the world size with Options::join_average_over_set_size). Other
+  // collectives fail with FailedPrecondition while a rank has joined.
+  // Blocks until every rank has joined (up to the op timeout) and returns
+  // the rank that joined last, the same on every rank. Global set only.
+  absl::StatusOr<int> Join();
+
+  // Creates a process set of `ranks` (sorted, distinct, global ranks).
+  // Collective: every rank of the job calls it with the same ranks, also
+  // ranks outside the set. Returns the set's id.
+  absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  // Global ranks of a process set; NotFound for an unknown id.
+  absl::StatusOr<std::vector<int>> ProcessSetRanks(int process_set) const;
+
+  // Chrome-trace timeline written by rank 0 (also KOLO_TIMELINE). Only
+  // rank 0 writes; on other ranks these are no-ops.
+  absl::Status StartTimeline(const std::string& path);
+  absl::Status StopTimeline();
+
+  RuntimeStats stats() const;
 
   // Completes all submitted work (waiting up to `timeout`), then leaves the
   // job together with the other ranks. Work still pending when the timeout

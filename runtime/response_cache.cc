@@ -1,0 +1,97 @@
+#include "runtime/response_cache.h"
+
+#include "runtime/controller.h"
+
+namespace kolo {
+namespace {
+
+wire::Request Canonical(const wire::Request& request) {
+  wire::Request c = request;
+  c.set_rank(0);
+  return c;
+}
+
+bool Same(const wire::Request& a, const wire::Request& b) {
+  return Canonical(a).SerializeAsString() == Canonical(b).SerializeAsString();
+}
+
+}  // namespace
+
+bool ResponseCache::Cacheable(const wire::Request& r) {
+  return (r.type() == wire::ALLREDUCE || r.type() == wire::BROADCAST) &&
+         r.group().empty();
+}
+
+int64_t ResponseCache::Lookup(const wire::Request& request) const {
+  if (capacity_ <= 0 || !Cacheable(request)) return -1;
+  auto it = by_name_.find(request.name());
+  if (it == by_name_.end()) return -1;
+  const Entry& e = entries_.at(it->second);
+  return Same(e.request, request) ? it->second : -1;
+}
+
+const wire::Request* ResponseCache::Find(int64_t id) const {
+  auto it = entries_.find(id);
+  if (it != entries_.end()) return &it->second.request;
+  auto g = graveyard_.find(id);
+  return g == graveyard_.end() ? nullptr : &g->second.first;
+}
+
+const wire::Response* ResponseCache::CachedResponse(int64_t id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second.response;
+}
+
+void ResponseCache::Touch(int64_t id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+}
+
+void ResponseCache::Evict(int64_t id, int64_t seq) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  graveyard_.emplace(id, std::make_pair(std::move(it->second.request), seq));
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+}
+
+void ResponseCache::Insert(const wire::Request& request, int64_t seq) {
+  if (capacity_ <= 0 || !Cacheable(request)) return;
+  auto named = by_name_.find(request.name());
+  if (named != by_name_.end()) {
+    Evict(named->second, seq);
+    by_name_.erase(named);
+  }
+  while (static_cast<int>(entries_.size()) >= capacity_) {
+    const int64_t victim = lru_.back();
+    by_name_.erase(entries_.at(victim).request.name());
+    Evict(victim, seq);
+  }
+  const int64_t id = next_id_++;
+  lru_.push_front(id);
+  Entry& e = entries_[id];
+  e.request = Canonical(request);
+  e.response = BuildResponse({e.request});
+  e.lru = lru_.begin();
+  by_name_[request.name()] = id;
+}
+
+void ResponseCache::Erase(const std::string& name, int64_t seq) {
+  auto named = by_name_.find(name);
+  if (named == by_name_.end()) return;
+  Evict(named->second, seq);
+  by_name_.erase(named);
+}
+
+void ResponseCache::PruneGraveyard(int64_t acked_seq) {
+  for (auto it = graveyard_.begin(); it != graveyard_.end();) {
+    if (it->second.second <= acked_seq) {
+      it = graveyard_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace kolo

@@ -1,0 +1,87 @@
+// ResponseCache: the fast path for tensors negotiated before.
+//
+// Note [Response cache]
+// Every rank of a process set, and the coordinator, hold a cache of the
+// allreduce and broadcast requests the set has run: name -> (id, request).
+// A rank whose new request equals the cached one (same name, dtype, shape,
+// op, root, scale factors, device) sends only the id. The coordinator turns
+// ids back into requests from its own copy, so negotiation and validation
+// stay one code path; when every rank of a name came by id, the response
+// list carries just the id and every rank rebuilds the response from its
+// cache. In a steady-state training loop no full request reaches the
+// coordinator.
+//
+// The copies stay identical because every rank applies the same changes in
+// the same order: for each response list of the set, in order, Touch() for
+// a response rebuilt from the cache, Insert() for any other allreduce or
+// broadcast response, Erase() for an error; an Insert into a full cache
+// evicts the least recently used entry. Ids are never reused. The
+// coordinator applies a list's changes when it sends the list and the ranks
+// when they execute it, so a rank may send an id that the coordinator has
+// already evicted: the coordinator keeps evicted entries (the graveyard)
+// until every rank of the set has acknowledged the list that evicted them.
+// Lists sent while a rank has joined change nothing (the joined rank has no
+// request to insert).
+//
+// Thread: owned by the background thread.
+#ifndef KOLO_RUNTIME_RESPONSE_CACHE_H_
+#define KOLO_RUNTIME_RESPONSE_CACHE_H_
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <string>
+#include <unordered_map>
+
+#include "runtime/wire.pb.h"
+
+namespace kolo {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(int capacity) : capacity_(capacity) {}
+
+  // Whether requests of this kind are cached at all.
+  static bool Cacheable(const wire::Request& request);
+
+  // The id under which an identical request is cached, or -1.
+  int64_t Lookup(const wire::Request& request) const;
+
+  // The request of a current or recently evicted id (coordinator), or null.
+  const wire::Request* Find(int64_t id) const;
+  bool IsCurrent(int64_t id) const { return entries_.count(id) > 0; }
+  // The single-tensor response of a current id, or null.
+  const wire::Response* CachedResponse(int64_t id) const;
+
+  // The changes of Note [Response cache]. `seq` is the list's position.
+  void Touch(int64_t id);
+  void Insert(const wire::Request& request, int64_t seq);
+  void Erase(const std::string& name, int64_t seq);
+
+  // Drops graveyard entries evicted by lists up to `acked_seq`.
+  void PruneGraveyard(int64_t acked_seq);
+
+  size_t size() const { return entries_.size(); }
+  size_t graveyard_size() const { return graveyard_.size(); }
+  int capacity() const { return capacity_; }
+
+ private:
+  struct Entry {
+    wire::Request request;    // canonical: rank cleared
+    wire::Response response;  // what the coordinator would build
+    std::list<int64_t>::iterator lru;
+  };
+  void Evict(int64_t id, int64_t seq);
+
+  const int capacity_;
+  int64_t next_id_ = 1;
+  std::unordered_map<int64_t, Entry> entries_;
+  std::unordered_map<std::string, int64_t> by_name_;
+  std::list<int64_t> lru_;  // most recently used first
+  // id -> (request, seq of the list that evicted it)
+  std::map<int64_t, std::pair<wire::Request, int64_t>> graveyard_;
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_RESPONSE_CACHE_H_

@@ -1,0 +1,146 @@
+#include "runtime/timeline.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace kolo {
+namespace {
+
+// JSON string contents for a tensor name.
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(&out, "\\u00", absl::Hex(c, absl::kZeroPad2));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status Timeline::Start(const std::string& path) {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (enabled()) return absl::FailedPreconditionError("the timeline is already on");
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (!file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create the timeline file \"", path, "\""));
+  }
+  file_ = file;
+  first_event_ = true;
+  tids_.clear();
+  std::fputs("[\n", file_);
+  start_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = false;
+  }
+  writer_ = std::thread(&Timeline::WriterLoop, this);
+  enabled_ = true;
+  return absl::OkStatus();
+}
+
+void Timeline::Stop() {
+  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  if (!writer_.joinable()) return;
+  enabled_ = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  writer_.join();
+  std::fputs("\n]\n", file_);
+  std::fclose(file_);
+  file_ = nullptr;
+}
+
+void Timeline::Push(Event event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    if (queue_.size() >= kMaxQueued) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    queue_.push_back(std::move(event));
+  }
+  cv_.notify_one();
+}
+
+void Timeline::Begin(const std::string& tensor, const char* phase,
+                     const std::string& args) {
+  if (!enabled()) return;
+  auto now = std::chrono::steady_clock::now() - start_;
+  Push({'B', tensor, phase,
+        std::chrono::duration_cast<std::chrono::microseconds>(now).count(),
+        args});
+}
+
+void Timeline::End(const std::string& tensor, const char* phase) {
+  if (!enabled()) return;
+  auto now = std::chrono::steady_clock::now() - start_;
+  Push({'E', tensor, phase,
+        std::chrono::duration_cast<std::chrono::microseconds>(now).count(), ""});
+}
+
+void Timeline::Marker(const char* name) {
+  if (!enabled()) return;
+  auto now = std::chrono::steady_clock::now() - start_;
+  Push({'i', "", name,
+        std::chrono::duration_cast<std::chrono::microseconds>(now).count(), ""});
+}
+
+void Timeline::WriterLoop() {
+  std::deque<Event> batch;
+  while (true) {
+    bool stopping;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      batch.swap(queue_);
+      stopping = stopping_;
+    }
+    for (const Event& e : batch) Write(e);
+    batch.clear();
+    std::fflush(file_);
+    if (stopping) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queue_.empty()) return;
+    }
+  }
+}
+
+void Timeline::Write(const Event& e) {
+  std::string out = first_event_ ? "" : ",\n";
+  first_event_ = false;
+  if (e.type == 'i') {
+    absl::StrAppend(&out, "{\"name\": \"", e.phase,
+                    "\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, "
+                    "\"ts\": ",
+                    e.micros, "}");
+  } else {
+    auto [it, inserted] =
+        tids_.emplace(e.tensor, static_cast<int>(tids_.size()) + 1);
+    if (inserted) {
+      absl::StrAppend(&out,
+                      "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, "
+                      "\"tid\": ",
+                      it->second, ", \"args\": {\"name\": \"", Escape(e.tensor),
+                      "\"}},\n");
+    }
+    absl::StrAppend(&out, "{\"name\": \"", e.phase, "\", \"ph\": \"",
+                    std::string(1, e.type), "\", \"pid\": 0, \"tid\": ",
+                    it->second, ", \"ts\": ", e.micros);
+    if (!e.args.empty()) absl::StrAppend(&out, ", \"args\": {", e.args, "}");
+    out += "}";
+  }
+  std::fputs(out.c_str(), file_);
+}
+
+}  // namespace kolo

@@ -1,0 +1,81 @@
+// Timeline: a Chrome trace (chrome://tracing, Perfetto) of what rank 0 does
+// with each tensor: NEGOTIATE (first request seen -> every rank submitted),
+// QUEUE (ready -> executed), MEMCPY_IN_FUSION_BUFFER, the collective (e.g.
+// GLOO_ALLREDUCE, with size and fused-batch id), MEMCPY_OUT_FUSION_BUFFER,
+// plus cycle markers. One row per tensor.
+//
+// Events go through a bounded queue to a writer thread of its own, so the
+// background thread never waits on the disk; when the queue is full, events
+// are dropped and counted. Stop() (also on Abort) closes the JSON array, so
+// the file is valid JSON whenever the timeline was stopped.
+//
+// Thread safety: every method is thread-safe; event methods cost one atomic
+// load when the timeline is off.
+#ifndef KOLO_RUNTIME_TIMELINE_H_
+#define KOLO_RUNTIME_TIMELINE_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+
+namespace kolo {
+
+class Timeline {
+ public:
+  static constexpr size_t kMaxQueued = 1 << 16;
+
+  Timeline() = default;
+  ~Timeline() { Stop(); }
+
+  // FailedPrecondition if already started; InvalidArgument if the file
+  // cannot be created.
+  absl::Status Start(const std::string& path);
+  // Flushes, closes the JSON array and the file. Idempotent.
+  void Stop();
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
+
+  // `args` is the inside of a JSON object ("\"size\": 4096"), or empty.
+  void Begin(const std::string& tensor, const char* phase,
+             const std::string& args = "");
+  void End(const std::string& tensor, const char* phase);
+  void Marker(const char* name);
+  int64_t dropped() const { return dropped_.load(); }
+
+ private:
+  struct Event {
+    char type;  // 'B', 'E' or 'i'
+    std::string tensor;
+    const char* phase;
+    int64_t micros;
+    std::string args;
+  };
+  void Push(Event event);
+  void WriterLoop();
+  void Write(const Event& event);
+
+  std::atomic<bool> enabled_{false};
+  std::atomic<int64_t> dropped_{0};
+  std::chrono::steady_clock::time_point start_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> queue_;  // guarded by mu_
+  bool stopping_ = false;    // guarded by mu_
+  std::thread writer_;
+  std::mutex lifecycle_mu_;  // serializes Start/Stop
+  // Writer thread only:
+  std::FILE* file_ = nullptr;
+  bool first_event_ = true;
+  std::unordered_map<std::string, int> tids_;
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_TIMELINE_H_
