@@ -1,24 +1,42 @@
 #include "runtime/config.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "kolo/store.h"
 
 extern char** environ;
 
 namespace kolo {
+
+const char kInsecureWellKnownSecret[] = "kolo-insecure-well-known-secret";
+
 namespace {
+
+#define KOLO_RETURN_IF_ERROR(expr)    \
+  do {                                \
+    absl::Status _status = (expr);    \
+    if (!_status.ok()) return _status; \
+  } while (0)
 
 absl::Status Bad(const std::string& var, const std::string& value,
                  const std::string& expected) {
@@ -105,6 +123,8 @@ absl::Status ReadLogLevel(const EnvironmentMap& env, LogLevel* out) {
   return Bad("KOLO_LOG_LEVEL", *v, "trace, debug, info, warning, error or fatal");
 }
 
+// The secret from KOLO_SECRET_FILE (preferred) or KOLO_SECRET. Messages
+// never contain the secret itself.
 absl::Status ReadSecret(const EnvironmentMap& env, std::string* out) {
   if (const std::string* path = Find(env, "KOLO_SECRET_FILE")) {
     struct stat st;
@@ -125,6 +145,11 @@ absl::Status ReadSecret(const EnvironmentMap& env, std::string* out) {
       return absl::InvalidArgumentError(absl::StrCat(
           "KOLO_SECRET_FILE=\"", *path, "\": the file is empty or unreadable"));
     }
+    if (secret.size() < kMinSecretBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KOLO_SECRET_FILE=\"", *path, "\": the secret must be at least ",
+          kMinSecretBytes, " bytes, the file holds ", secret.size()));
+    }
     *out = std::move(secret);
     return absl::OkStatus();
   }
@@ -132,9 +157,317 @@ absl::Status ReadSecret(const EnvironmentMap& env, std::string* out) {
     if (secret->empty()) {
       return absl::InvalidArgumentError("KOLO_SECRET is set but empty");
     }
+    if (secret->size() < kMinSecretBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KOLO_SECRET must be at least ", kMinSecretBytes,
+                       " bytes, it has ", secret->size()));
+    }
     *out = *secret;  // Never echoed in messages.
   }
   return absl::OkStatus();
+}
+
+// --- Placement (Note [Placement and rendezvous from the environment]). ---
+
+// The first of `vars` that is set, or nullptr; its name goes to `*name`.
+const std::string* FindFirst(const EnvironmentMap& env,
+                             std::initializer_list<const char*> vars,
+                             std::string* name) {
+  for (const char* var : vars) {
+    if (const std::string* v = Find(env, var)) {
+      *name = var;
+      return v;
+    }
+  }
+  return nullptr;
+}
+
+// Reads the first of `vars` that is set into *out (left alone if none is).
+absl::Status ReadFirstInt32(const EnvironmentMap& env,
+                            std::initializer_list<const char*> vars,
+                            int64_t min_value, int* out) {
+  std::string name;
+  if (!FindFirst(env, vars, &name)) return absl::OkStatus();
+  return ReadInt32(env, name, min_value, out);
+}
+
+absl::Status Require(const EnvironmentMap& env, const char* present,
+                     const char* needed) {
+  if (Find(env, needed)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      present, " is set but ", needed,
+      " is not: cannot tell this worker's place in the job"));
+}
+
+// Cross rank and size when the launcher names no host index: ranks are
+// assumed to fill hosts in order, local_size at a time.
+void DeriveCross(Options* o, int hosts) {
+  o->cross_size =
+      hosts > 0 ? hosts : (o->size + o->local_size - 1) / o->local_size;
+  o->cross_rank = std::min(o->rank / o->local_size, o->cross_size - 1);
+}
+
+// "2(x3),1" (Slurm's tasks per node) -> {2, 2, 2, 1}.
+absl::StatusOr<std::vector<int>> ExpandTasksPerNode(const std::string& var,
+                                                    const std::string& value) {
+  std::vector<int> counts;
+  for (absl::string_view item : absl::StrSplit(value, ',')) {
+    int count = 0, repeat = 1;
+    absl::string_view number = item;
+    if (size_t open = item.find("(x"); open != absl::string_view::npos) {
+      number = item.substr(0, open);
+      absl::string_view times = item.substr(open + 2);
+      if (!absl::ConsumeSuffix(&times, ")") ||
+          !absl::SimpleAtoi(times, &repeat) || repeat < 1 ||
+          repeat > (1 << 20)) {
+        return Bad(var, value, "counts like \"2(x3),1\"");
+      }
+    }
+    if (!absl::SimpleAtoi(number, &count) || count < 1) {
+      return Bad(var, value, "counts like \"2(x3),1\"");
+    }
+    counts.insert(counts.end(), repeat, count);
+  }
+  return counts;
+}
+
+absl::Status ParseMpirunPlacement(const EnvironmentMap& env, Options* o) {
+  const char* kRank = "OMPI_COMM_WORLD_RANK";
+  const char* kSize = "OMPI_COMM_WORLD_SIZE";
+  KOLO_RETURN_IF_ERROR(Require(env, Find(env, kRank) ? kRank : kSize,
+                               Find(env, kRank) ? kSize : kRank));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, kSize, 1, &o->size));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, kRank, 0, &o->rank));
+  o->local_rank = o->rank;
+  o->local_size = o->size;
+  KOLO_RETURN_IF_ERROR(
+      ReadInt32(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, &o->local_size));
+  KOLO_RETURN_IF_ERROR(
+      ReadInt32(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, &o->local_rank));
+  int hosts = 0;
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "OMPI_MCA_orte_num_nodes", 1, &hosts));
+  DeriveCross(o, hosts);
+  return absl::OkStatus();
+}
+
+absl::Status ParseSlurmPlacement(const EnvironmentMap& env, Options* o) {
+  std::string size_var;
+  if (!FindFirst(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"},
+                 &size_var)) {
+    return Require(env, "SLURM_PROCID", "SLURM_NTASKS");
+  }
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, size_var, 1, &o->size));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "SLURM_PROCID", 0, &o->rank));
+  o->local_rank = 0;
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "SLURM_LOCALID", 0, &o->local_rank));
+  o->cross_rank = 0;
+  o->cross_size = 1;
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "SLURM_NODEID", 0, &o->cross_rank));
+  KOLO_RETURN_IF_ERROR(ReadFirstInt32(
+      env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, 1,
+      &o->cross_size));
+  std::string tasks_var;
+  if (const std::string* tasks = FindFirst(
+          env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"},
+          &tasks_var)) {
+    absl::StatusOr<std::vector<int>> counts =
+        ExpandTasksPerNode(tasks_var, *tasks);
+    if (!counts.ok()) return counts.status();
+    if (o->cross_rank >= static_cast<int>(counts->size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SLURM_NODEID=", o->cross_rank, " has no entry in ", tasks_var, "=\"",
+          *tasks, "\""));
+    }
+    o->local_size = (*counts)[o->cross_rank];
+  } else if (Find(env, "SLURM_NTASKS_PER_NODE")) {
+    KOLO_RETURN_IF_ERROR(
+        ReadInt32(env, "SLURM_NTASKS_PER_NODE", 1, &o->local_size));
+  } else if (o->cross_size == 1) {
+    o->local_size = o->size;
+  } else {
+    return absl::InvalidArgumentError(
+        "cannot tell how many Slurm tasks run on this node: neither "
+        "SLURM_TASKS_PER_NODE nor SLURM_NTASKS_PER_NODE is set (set "
+        "KOLO_LOCAL_SIZE)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTorchrunPlacement(const EnvironmentMap& env, Options* o) {
+  KOLO_RETURN_IF_ERROR(Require(env, Find(env, "RANK") ? "RANK" : "WORLD_SIZE",
+                               Find(env, "RANK") ? "WORLD_SIZE" : "RANK"));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "WORLD_SIZE", 1, &o->size));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "RANK", 0, &o->rank));
+  // A Kubernetes job without torchrun runs one worker per pod.
+  o->local_rank = 0;
+  o->local_size = 1;
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "LOCAL_WORLD_SIZE", 1, &o->local_size));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "LOCAL_RANK", 0, &o->local_rank));
+  int hosts = 0;
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "GROUP_WORLD_SIZE", 1, &hosts));
+  DeriveCross(o, hosts);
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "GROUP_RANK", 0, &o->cross_rank));
+  return absl::OkStatus();
+}
+
+// Fills the placement fields and placement_source.
+absl::Status ParsePlacement(const EnvironmentMap& env, Options* o) {
+  if (Find(env, "KOLO_RANK") || Find(env, "KOLO_SIZE")) {
+    o->placement_source = "kolo";
+    KOLO_RETURN_IF_ERROR(ReadInt32(env, "KOLO_SIZE", 1, &o->size));
+    KOLO_RETURN_IF_ERROR(ReadInt32(env, "KOLO_RANK", 0, &o->rank));
+    o->local_size = o->size;
+    o->local_rank = o->rank;
+  } else if (Find(env, "OMPI_COMM_WORLD_RANK") ||
+             Find(env, "OMPI_COMM_WORLD_SIZE")) {
+    o->placement_source = "mpirun";
+    KOLO_RETURN_IF_ERROR(ParseMpirunPlacement(env, o));
+  } else if (Find(env, "SLURM_PROCID")) {
+    o->placement_source = "slurm";
+    KOLO_RETURN_IF_ERROR(ParseSlurmPlacement(env, o));
+  } else if (Find(env, "RANK") || Find(env, "WORLD_SIZE")) {
+    o->placement_source = "torchrun";
+    KOLO_RETURN_IF_ERROR(ParseTorchrunPlacement(env, o));
+  }
+  // Explicit KOLO_* values win over what a launcher said.
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "KOLO_LOCAL_SIZE", 1, &o->local_size));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "KOLO_LOCAL_RANK", 0, &o->local_rank));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "KOLO_CROSS_SIZE", 1, &o->cross_size));
+  KOLO_RETURN_IF_ERROR(ReadInt32(env, "KOLO_CROSS_RANK", 0, &o->cross_rank));
+  absl::Status valid = ValidateOptions(*o);
+  if (!valid.ok() && !o->placement_source.empty() &&
+      o->placement_source != "kolo") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(valid.message(), " (placement from ",
+                     o->placement_source, "'s environment variables)"));
+  }
+  return valid;
+}
+
+// --- Rendezvous. ---
+
+// Sets rendezvous_addr/port and host_store. `*addr_source` names the
+// variable the address came from, for messages.
+absl::Status ParseRendezvous(const EnvironmentMap& env, Options* o,
+                             std::string* addr_source) {
+  KOLO_RETURN_IF_ERROR(
+      ReadInt32(env, "KOLO_RENDEZVOUS_PORT", 1, &o->rendezvous_port));
+  if (o->rendezvous_port > 65535) {
+    return Bad("KOLO_RENDEZVOUS_PORT", *Find(env, "KOLO_RENDEZVOUS_PORT"),
+               "a port from 1 to 65535");
+  }
+  if (o->placement_source == "torchrun") {
+    const std::string* master_port = Find(env, "MASTER_PORT");
+    if (master_port && *master_port == absl::StrCat(o->rendezvous_port)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "KOLO_RENDEZVOUS_PORT=", o->rendezvous_port,
+          " is torchrun's MASTER_PORT, where torchrun's own store listens: "
+          "set KOLO_RENDEZVOUS_PORT to another port"));
+    }
+  }
+  o->host_store = o->placement_source == "mpirun" ||
+                  o->placement_source == "slurm" ||
+                  o->placement_source == "torchrun";
+  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_HOST_STORE", &o->host_store));
+
+  *addr_source = "default";
+  if (const std::string* v = Find(env, "KOLO_RENDEZVOUS_ADDR")) {
+    if (v->empty()) return Bad("KOLO_RENDEZVOUS_ADDR", *v, "a host address");
+    o->rendezvous_addr = *v;
+    *addr_source = "KOLO_RENDEZVOUS_ADDR";
+    return absl::OkStatus();
+  }
+  if (o->size == 1) return absl::OkStatus();
+  if (const std::string* v = Find(env, "MASTER_ADDR"); v && !v->empty()) {
+    o->rendezvous_addr = *v;
+    *addr_source = "MASTER_ADDR";
+    return absl::OkStatus();
+  }
+  std::string nodelist_var;
+  if (const std::string* v = FindFirst(
+          env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"},
+          &nodelist_var)) {
+    absl::StatusOr<std::vector<std::string>> nodes = ExpandSlurmNodelist(*v);
+    if (!nodes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "invalid value for ", nodelist_var, "=\"", *v,
+          "\": ", nodes.status().message()));
+    }
+    o->rendezvous_addr = nodes->front();
+    *addr_source = absl::StrCat("the first node of ", nodelist_var);
+    return absl::OkStatus();
+  }
+  if (o->local_size == o->size) {
+    o->rendezvous_addr = "127.0.0.1";
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cannot tell where the rendezvous store is: the ", o->size,
+      " ranks run on several hosts (placement from ", o->placement_source,
+      ") and none of KOLO_RENDEZVOUS_ADDR, MASTER_ADDR or SLURM_NODELIST is "
+      "set: set KOLO_RENDEZVOUS_ADDR to the address of rank 0's host"));
+}
+
+// Sets bind_addr (Options::bind_addr) and checks that rank 0, when it hosts
+// the store, listens where the others look for it.
+absl::Status ParseBindAddress(const EnvironmentMap& env, Options* o,
+                              const std::string& addr_source) {
+  if (const std::string* v = Find(env, "KOLO_IFACE"); v && !v->empty()) {
+    absl::StatusOr<std::string> addr = InterfaceAddress(*v);
+    if (!addr.ok()) return addr.status();
+    o->iface = *v;
+    o->bind_addr = *addr;
+  } else if (o->size > 1 && o->rendezvous_addr != "127.0.0.1") {
+    absl::StatusOr<std::string> addr = LocalAddressFor(o->rendezvous_addr);
+    if (!addr.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no local address reaches the rendezvous address \"",
+          o->rendezvous_addr, "\" (from ", addr_source,
+          "): ", addr.status().message(), "; set KOLO_IFACE"));
+    }
+    o->bind_addr = *addr;
+  }
+  if (o->size == 1 || !o->host_store || o->rank != 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string>> resolved =
+      ResolveIPv4(o->rendezvous_addr);
+  if (!resolved.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank 0 hosts the rendezvous store at \"",
+                     o->rendezvous_addr, "\" (from ", addr_source,
+                     "): ", resolved.status().message()));
+  }
+  for (const std::string& addr : *resolved) {
+    if (addr == o->bind_addr || o->bind_addr == "0.0.0.0") {
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank 0 hosts the rendezvous store on ", o->bind_addr,
+      o->iface.empty() ? "" : absl::StrCat(" (KOLO_IFACE=", o->iface, ")"),
+      " but the other ranks look for it at \"", o->rendezvous_addr, "\" (",
+      absl::StrJoin(*resolved, ", "), ", from ", addr_source,
+      "): make them agree"));
+}
+
+// Fills secret and insecure_no_secret; a job of several ranks needs one.
+absl::Status ParseSecret(const EnvironmentMap& env, Options* o) {
+  KOLO_RETURN_IF_ERROR(ReadSecret(env, &o->secret));
+  bool insecure = false;
+  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_INSECURE_NO_SECRET", &insecure));
+  if (!o->secret.empty() || o->size == 1) return absl::OkStatus();
+  if (insecure) {
+    o->secret = kInsecureWellKnownSecret;
+    o->insecure_no_secret = true;
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no job secret for a job of ", o->size, " ranks: set KOLO_SECRET_FILE ",
+      "(a file of mode 0600) or KOLO_SECRET to the same string of at least ",
+      kMinSecretBytes,
+      " bytes on every rank (kolorun does this for you); or set "
+      "KOLO_INSECURE_NO_SECRET=1 to run with a fixed, publicly known secret, "
+      "so that anyone who can reach kolo's ports can join or disrupt the "
+      "job"));
 }
 
 }  // namespace
@@ -177,63 +510,211 @@ absl::StatusOr<std::string> InterfaceAddress(const std::string& iface) {
   return found;
 }
 
-absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env) {
-  Options o;
-  absl::Status s;
-#define KOLO_TRY(expr)           \
-  do {                           \
-    absl::Status _s = (expr);    \
-    if (!_s.ok()) return _s;     \
-  } while (0)
-  KOLO_TRY(ReadInt32(env, "KOLO_SIZE", 1, &o.size));
-  KOLO_TRY(ReadInt32(env, "KOLO_RANK", 0, &o.rank));
-  o.local_size = o.size;
-  o.local_rank = o.rank;
-  KOLO_TRY(ReadInt32(env, "KOLO_LOCAL_SIZE", 1, &o.local_size));
-  KOLO_TRY(ReadInt32(env, "KOLO_LOCAL_RANK", 0, &o.local_rank));
-  KOLO_TRY(ReadInt32(env, "KOLO_CROSS_SIZE", 1, &o.cross_size));
-  KOLO_TRY(ReadInt32(env, "KOLO_CROSS_RANK", 0, &o.cross_rank));
-
-  if (const std::string* v = Find(env, "KOLO_RENDEZVOUS_ADDR")) {
-    if (v->empty()) return Bad("KOLO_RENDEZVOUS_ADDR", *v, "a host address");
-    o.rendezvous_addr = *v;
+absl::StatusOr<std::vector<std::string>> ResolveIPv4(const std::string& host) {
+  struct addrinfo hints;
+  std::memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  struct addrinfo* result = nullptr;
+  const int gai = getaddrinfo(host.c_str(), nullptr, &hints, &result);
+  if (gai != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot resolve \"", host,
+                                            "\": ", gai_strerror(gai)));
   }
-  KOLO_TRY(ReadInt32(env, "KOLO_RENDEZVOUS_PORT", 1, &o.rendezvous_port));
-  if (o.rendezvous_port > 65535) {
-    return Bad("KOLO_RENDEZVOUS_PORT", *Find(env, "KOLO_RENDEZVOUS_PORT"),
-               "a port from 1 to 65535");
-  }
-  KOLO_TRY(ReadSecret(env, &o.secret));
-  if (const std::string* v = Find(env, "KOLO_IFACE")) {
-    if (!v->empty()) {
-      auto addr = InterfaceAddress(*v);
-      if (!addr.ok()) return addr.status();
-      o.iface = *v;
-      o.bind_addr = *addr;
+  std::vector<std::string> addrs;
+  for (struct addrinfo* ai = result; ai; ai = ai->ai_next) {
+    char buf[INET_ADDRSTRLEN];
+    auto* sin = reinterpret_cast<struct sockaddr_in*>(ai->ai_addr);
+    inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf));
+    if (std::find(addrs.begin(), addrs.end(), buf) == addrs.end()) {
+      addrs.push_back(buf);
     }
   }
+  freeaddrinfo(result);
+  if (addrs.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("\"", host, "\" has no IPv4 address"));
+  }
+  return addrs;
+}
 
-  KOLO_TRY(ReadInt(env, "KOLO_FUSION_THRESHOLD", 0, int64_t{1} << 40,
-                   &o.fusion_threshold_bytes));
-  KOLO_TRY(ReadDuration(env, "KOLO_CYCLE_TIME", absl::Milliseconds(1),
-                        /*allow_zero=*/true, &o.cycle_time));
-  KOLO_TRY(ReadInt32(env, "KOLO_CACHE_CAPACITY", 0, &o.cache_capacity));
-  KOLO_TRY(ReadDuration(env, "KOLO_OP_TIMEOUT", absl::Seconds(1),
-                        /*allow_zero=*/false, &o.op_timeout));
-  KOLO_TRY(ReadDuration(env, "KOLO_START_TIMEOUT", absl::Seconds(1),
-                        /*allow_zero=*/false, &o.start_timeout));
-  KOLO_TRY(ReadDuration(env, "KOLO_STALL_CHECK_TIME", absl::Seconds(1),
-                        /*allow_zero=*/true, &o.stall_check_time));
-  KOLO_TRY(ReadDuration(env, "KOLO_STALL_SHUTDOWN_TIME", absl::Seconds(1),
-                        /*allow_zero=*/true, &o.stall_shutdown_time));
+namespace {
+
+bool ToSockaddr(const std::string& addr, struct sockaddr_in* sin) {
+  std::memset(sin, 0, sizeof(*sin));
+  sin->sin_family = AF_INET;
+  return inet_pton(AF_INET, addr.c_str(), &sin->sin_addr) == 1;
+}
+
+}  // namespace
+
+bool IsLocalAddress(const std::string& addr) {
+  struct sockaddr_in sin;
+  if (!ToSockaddr(addr, &sin)) return false;
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool local =
+      bind(fd, reinterpret_cast<struct sockaddr*>(&sin), sizeof(sin)) == 0;
+  close(fd);
+  return local;
+}
+
+absl::StatusOr<std::string> LocalAddressFor(const std::string& host) {
+  absl::StatusOr<std::vector<std::string>> addrs = ResolveIPv4(host);
+  if (!addrs.ok()) return addrs.status();
+  for (const std::string& addr : *addrs) {
+    if (IsLocalAddress(addr)) return addr;
+  }
+  // connect() on a UDP socket only picks the route and the source address.
+  struct sockaddr_in peer;
+  ToSockaddr(addrs->front(), &peer);
+  peer.sin_port = htons(9);
+  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  }
+  struct sockaddr_in self;
+  socklen_t self_len = sizeof(self);
+  if (connect(fd, reinterpret_cast<struct sockaddr*>(&peer), sizeof(peer)) !=
+          0 ||
+      getsockname(fd, reinterpret_cast<struct sockaddr*>(&self), &self_len) !=
+          0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat(
+        "no route to ", addrs->front(), ": ", std::strerror(err)));
+  }
+  close(fd);
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &self.sin_addr, buf, sizeof(buf));
+  return std::string(buf);
+}
+
+namespace {
+
+// Upper bound on the names one node list may expand to.
+constexpr size_t kMaxNodelistNames = 1 << 16;
+
+// Expands one node name with bracket groups, e.g. "rack[1-2]-n[01,03]".
+absl::Status ExpandNodeName(absl::string_view name,
+                            std::vector<std::string>* out) {
+  const size_t open = name.find('[');
+  if (open == absl::string_view::npos) {
+    if (name.find(']') != absl::string_view::npos) {
+      return absl::InvalidArgumentError("unbalanced ']'");
+    }
+    if (name.empty()) return absl::InvalidArgumentError("empty node name");
+    out->emplace_back(name);
+    return absl::OkStatus();
+  }
+  const size_t close = name.find(']', open);
+  if (close == absl::string_view::npos) {
+    return absl::InvalidArgumentError("unbalanced '['");
+  }
+  const absl::string_view prefix = name.substr(0, open);
+  const absl::string_view rest = name.substr(close + 1);
+  const absl::string_view ranges = name.substr(open + 1, close - open - 1);
+  if (prefix.find(']') != absl::string_view::npos ||
+      ranges.find('[') != absl::string_view::npos) {
+    return absl::InvalidArgumentError("nested or unbalanced brackets");
+  }
+  // Everything after the first group expands the same for every number.
+  std::vector<std::string> tails;
+  if (rest.empty()) {
+    tails.emplace_back();
+  } else {
+    KOLO_RETURN_IF_ERROR(ExpandNodeName(rest, &tails));
+  }
+  for (absl::string_view range : absl::StrSplit(ranges, ',')) {
+    const size_t dash = range.find('-');
+    const absl::string_view low_text = range.substr(0, dash);
+    const absl::string_view high_text =
+        dash == absl::string_view::npos ? low_text : range.substr(dash + 1);
+    uint64_t low, high;
+    const auto digits = [](absl::string_view t) {
+      return !t.empty() && t.size() <= 9 &&
+             std::all_of(t.begin(), t.end(), absl::ascii_isdigit);
+    };
+    if (!digits(low_text) || !digits(high_text) ||
+        !absl::SimpleAtoi(low_text, &low) ||
+        !absl::SimpleAtoi(high_text, &high) || high < low) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad range \"", range, "\" in brackets"));
+    }
+    for (uint64_t n = low; n <= high; ++n) {
+      if (out->size() >= kMaxNodelistNames) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("more than ", kMaxNodelistNames, " nodes"));
+      }
+      std::string number = absl::StrCat(n);
+      if (number.size() < low_text.size()) {
+        number.insert(0, low_text.size() - number.size(), '0');
+      }
+      for (const std::string& tail : tails) {
+        out->push_back(absl::StrCat(prefix, number, tail));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> ExpandSlurmNodelist(
+    const std::string& nodelist) {
+  std::vector<std::string> names;
+  // Split at commas outside brackets.
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= nodelist.size(); ++i) {
+    const char c = i < nodelist.size() ? nodelist[i] : ',';
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (depth < 0 || depth > 1) {
+      return absl::InvalidArgumentError("unbalanced brackets");
+    }
+    if (c != ',' || depth != 0) continue;
+    KOLO_RETURN_IF_ERROR(
+        ExpandNodeName(absl::string_view(nodelist).substr(start, i - start),
+                       &names));
+    start = i + 1;
+  }
+  if (depth != 0) return absl::InvalidArgumentError("unbalanced '['");
+  return names;
+}
+
+absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env) {
+  Options o;
+  std::string addr_source;
+  KOLO_RETURN_IF_ERROR(ParsePlacement(env, &o));
+  KOLO_RETURN_IF_ERROR(ParseRendezvous(env, &o, &addr_source));
+  KOLO_RETURN_IF_ERROR(ParseSecret(env, &o));
+  KOLO_RETURN_IF_ERROR(ParseBindAddress(env, &o, addr_source));
+
+  KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_FUSION_THRESHOLD", 0,
+                               int64_t{1} << 40, &o.fusion_threshold_bytes));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_CYCLE_TIME",
+                                    absl::Milliseconds(1),
+                                    /*allow_zero=*/true, &o.cycle_time));
+  KOLO_RETURN_IF_ERROR(
+      ReadInt32(env, "KOLO_CACHE_CAPACITY", 0, &o.cache_capacity));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_OP_TIMEOUT", absl::Seconds(1),
+                                    /*allow_zero=*/false, &o.op_timeout));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_START_TIMEOUT",
+                                    absl::Seconds(1),
+                                    /*allow_zero=*/false, &o.start_timeout));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_STALL_CHECK_TIME",
+                                    absl::Seconds(1), /*allow_zero=*/true,
+                                    &o.stall_check_time));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_STALL_SHUTDOWN_TIME",
+                                    absl::Seconds(1), /*allow_zero=*/true,
+                                    &o.stall_shutdown_time));
   if (const std::string* v = Find(env, "KOLO_TIMELINE")) o.timeline_path = *v;
-  KOLO_TRY(ReadLogLevel(env, &o.log_level));
-  KOLO_TRY(ReadBool(env, "KOLO_SHM", &o.shm));
-  KOLO_TRY(ReadBool(env, "KOLO_HIERARCHICAL_ALLREDUCE",
-                    &o.hierarchical_allreduce));
-#undef KOLO_TRY
-  s = ValidateOptions(o);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(ReadLogLevel(env, &o.log_level));
+  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));
+  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_HIERARCHICAL_ALLREDUCE",
+                                &o.hierarchical_allreduce));
+  KOLO_RETURN_IF_ERROR(ValidateOptions(o));
   return o;
 }
 

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kolo/options.h"
@@ -21,6 +22,20 @@ using EnvironmentMap = std::map<std::string, std::string>;
 EnvironmentMap ProcessEnvironment();
 
 // Options from `env`. Reads the secret file named by KOLO_SECRET_FILE.
+//
+// Note [Placement and rendezvous from the environment]
+// Placement (rank, size, local and cross rank/size) comes from the first
+// launcher found: KOLO_RANK/KOLO_SIZE (kolorun, or set by hand), then
+// mpirun (OMPI_COMM_WORLD_*), then Slurm (SLURM_PROCID, ...), then torchrun
+// or a Kubernetes job (RANK, WORLD_SIZE, ...); any KOLO_LOCAL_* or
+// KOLO_CROSS_* variable that is set overrides what the launcher said.
+// The store is at KOLO_RENDEZVOUS_ADDR, else MASTER_ADDR, else the first node
+// of the Slurm node list, else 127.0.0.1 when every rank is on one host;
+// port KOLO_RENDEZVOUS_PORT (default 29600). Under mpirun, Slurm and torchrun
+// rank 0 hosts it (Options::host_store); kolorun hosts its own. A job of
+// several ranks needs a secret of at least 16 bytes, unless
+// KOLO_INSECURE_NO_SECRET=1. docs/configuration.md and docs/multihost.md
+// list every variable.
 absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env);
 
 // Checks cross-field consistency (rank < size, ...) of options built by
@@ -29,6 +44,31 @@ absl::Status ValidateOptions(const Options& options);
 
 // The first IPv4 address of network interface `iface` (e.g. "eth0", "lo").
 absl::StatusOr<std::string> InterfaceAddress(const std::string& iface);
+
+// The IPv4 addresses of `host` (a numeric address or a name, resolved with
+// getaddrinfo: /etc/hosts, then DNS), in resolver order, without duplicates.
+absl::StatusOr<std::vector<std::string>> ResolveIPv4(const std::string& host);
+
+// True if `addr` (numeric IPv4) belongs to this machine, in this network
+// namespace: a listener can bind to it (any of 127.0.0.0/8 included).
+bool IsLocalAddress(const std::string& addr);
+
+// The local IPv4 address through which this machine reaches `host`: one of
+// host's own addresses if it is local (see IsLocalAddress), else the source
+// address the kernel routes packets to it from. Sends nothing.
+absl::StatusOr<std::string> LocalAddressFor(const std::string& host);
+
+// Expands a Slurm node list such as "node[1-3,05],gpu7,rack[1-2]-n[1-2]"
+// into host names, in order ("node1,node2,node3,node05,gpu7,rack1-n1,...").
+// Numbers keep the zero padding of a range's first bound ("n[08-10]" gives
+// n08, n09, n10). InvalidArgument on malformed lists.
+absl::StatusOr<std::vector<std::string>> ExpandSlurmNodelist(
+    const std::string& nodelist);
+
+// The secret used with KOLO_INSECURE_NO_SECRET=1. Public by design.
+extern const char kInsecureWellKnownSecret[];
+// The shortest secret accepted from KOLO_SECRET or KOLO_SECRET_FILE.
+constexpr size_t kMinSecretBytes = 16;
 
 }  // namespace kolo
 

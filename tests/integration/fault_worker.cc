@@ -3,8 +3,12 @@
 // an allreduce that rank never submits. Survivors print the error they got
 // and exit 0 if it names the faulty rank, 1 otherwise.
 //
-//   fault_worker --pid-dir DIR --fault-rank R --fault exit3|sigkill
+//   fault_worker --pid-dir DIR --fault-rank R --fault exit3|sigkill|stall
 //                [--block-sigterm]
+//
+// With "stall" the faulty rank stays alive but never submits the allreduce
+// (it waits in a barrier instead); every rank then prints the error it gets
+// and exits 1, as a real training program would.
 //
 // --block-sigterm keeps survivors alive through the launcher's SIGTERM so
 // that they can report (the launcher SIGKILLs them after its grace period).
@@ -71,6 +75,14 @@ int main(int argc, char** argv) {
     if (fault == "sigkill") raise(SIGKILL);
   }
   req.name = "fault/victim";
+  if (fault == "stall") {
+    auto work = rank == fault_rank ? (*rt)->Barrier() : (*rt)->Allreduce(req);
+    s = work.ok() ? work->Wait() : work.status();
+    std::printf("rank %d error: %s\n", rank, std::string(s.message()).c_str());
+    std::fflush(stdout);
+    (*rt)->Abort();
+    return 1;
+  }
   auto work = (*rt)->Allreduce(req);
   s = work.ok() ? work->Wait() : work.status();
   std::printf("rank %d error: %s\n", rank, std::string(s.message()).c_str());

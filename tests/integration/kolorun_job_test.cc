@@ -24,7 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string g_kolorun, g_demo, g_fault_worker;
+std::string g_kolorun, g_demo, g_fault_worker, g_parity_worker;
 
 struct Result {
   int exit_code = -1;  // -1: killed by the harness deadline
@@ -157,16 +157,52 @@ TEST(KolorunJob, KilledCoordinatorIsReportedAsLostCoordinator) {
   ExpectNoWorkerLeft(dir, 3);
 }
 
+TEST(KolorunJob, StalledRankIsNamedThenTheJobFails) {
+  const std::string dir = MakeTempDir();
+  Result r = RunCommand({"/usr/bin/env", "KOLO_STALL_CHECK_TIME=1",
+                         "KOLO_STALL_SHUTDOWN_TIME=3", g_kolorun, "-np", "3",
+                         g_fault_worker, "--pid-dir", dir, "--fault-rank", "1",
+                         "--fault", "stall"});
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, -1) << "kolorun hung:\n" << r.output;
+  // Rank 0's stall inspector names the rank and the tensor it holds back...
+  EXPECT_THAT(r.output, HasSubstr("rank 1: [fault/victim]")) << r.output;
+  // ...and then every rank fails with the stall, naming rank 1.
+  std::regex stalled(R"(\[\d\] rank \d error: [^\n]*stalled[^\n]*rank 1)");
+  EXPECT_GE(std::distance(
+                std::sregex_iterator(r.output.begin(), r.output.end(), stalled),
+                std::sregex_iterator()),
+            2)
+      << r.output;
+  ExpectNoWorkerLeft(dir, 3);
+}
+
+TEST(KolorunJob, HorovodParityCollectivesInRealProcesses) {
+  Result r = RunCommand({g_kolorun, "-np", "4", g_parity_worker});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::regex ok_line(R"(\[(\d)\] PARITY OK rank \d join last (\d))");
+  std::set<std::string> ranks, lasts;
+  for (std::sregex_iterator it(r.output.begin(), r.output.end(), ok_line), end;
+       it != end; ++it) {
+    ranks.insert((*it)[1]);
+    lasts.insert((*it)[2]);
+  }
+  EXPECT_EQ(ranks.size(), 4u) << r.output;
+  EXPECT_EQ(lasts.size(), 1u) << "Join returned different ranks:\n" << r.output;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s KOLORUN DEMO FAULT_WORKER\n", argv[0]);
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s KOLORUN DEMO FAULT_WORKER PARITY_WORKER\n",
+                 argv[0]);
     return 2;
   }
   g_kolorun = argv[1];
   g_demo = argv[2];
   g_fault_worker = argv[3];
+  g_parity_worker = argv[4];
   return RUN_ALL_TESTS();
 }

@@ -31,6 +31,11 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
   EXPECT_FALSE(o->hierarchical_allreduce);
   EXPECT_EQ(o->rendezvous_port, 29600);
   EXPECT_EQ(o->bind_addr, "127.0.0.1");
+  EXPECT_EQ(o->rendezvous_addr, "127.0.0.1");
+  EXPECT_FALSE(o->host_store);
+  EXPECT_EQ(o->placement_source, "");
+  EXPECT_TRUE(o->secret.empty());
+  EXPECT_FALSE(o->insecure_no_secret);
 }
 
 TEST(Config, ParsesEveryVariable) {
@@ -42,7 +47,7 @@ TEST(Config, ParsesEveryVariable) {
                          {"KOLO_CROSS_SIZE", "2"},
                          {"KOLO_RENDEZVOUS_ADDR", "10.1.2.3"},
                          {"KOLO_RENDEZVOUS_PORT", "1234"},
-                         {"KOLO_SECRET", "s3cret"},
+                         {"KOLO_SECRET", "s3cret-s3cret-s3cret"},
                          {"KOLO_FUSION_THRESHOLD", "1048576"},
                          {"KOLO_CYCLE_TIME", "2.5"},
                          {"KOLO_CACHE_CAPACITY", "0"},
@@ -62,7 +67,9 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_EQ(o->cross_rank, 1);
   EXPECT_EQ(o->rendezvous_addr, "10.1.2.3");
   EXPECT_EQ(o->rendezvous_port, 1234);
-  EXPECT_EQ(o->secret, "s3cret");
+  EXPECT_EQ(o->secret, "s3cret-s3cret-s3cret");
+  EXPECT_EQ(o->placement_source, "kolo");
+  EXPECT_FALSE(o->host_store);
   EXPECT_EQ(o->fusion_threshold_bytes, 1 << 20);
   EXPECT_EQ(o->cycle_time, absl::Microseconds(2500));
   EXPECT_EQ(o->cache_capacity, 0);
@@ -111,7 +118,7 @@ TEST(Config, SecretFileMustBePrivate) {
   std::string path = ::testing::TempDir() + "/secret";
   {
     std::ofstream out(path);
-    out << "abcdef\n";
+    out << "abcdef-abcdef-abcdef\n";
   }
   chmod(path.c_str(), 0644);
   auto o = ParseOptions({{"KOLO_SECRET_FILE", path}});
@@ -121,7 +128,7 @@ TEST(Config, SecretFileMustBePrivate) {
   chmod(path.c_str(), 0600);
   o = ParseOptions({{"KOLO_SECRET_FILE", path}});
   ASSERT_TRUE(o.ok()) << o.status();
-  EXPECT_EQ(o->secret, "abcdef");
+  EXPECT_EQ(o->secret, "abcdef-abcdef-abcdef");
   o = ParseOptions({{"KOLO_SECRET_FILE", path + ".missing"}});
   EXPECT_FALSE(o.ok());
   std::remove(path.c_str());

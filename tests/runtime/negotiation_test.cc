@@ -1,0 +1,176 @@
+// Negotiation behaviour with N Runtimes as threads: the response cache's
+// steady state (counted), the timeline file, stall shutdown.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_job.h"
+
+namespace kolo {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::OnEachRank;
+
+// One training-like step: every rank allreduces `tensors` gradients, in a
+// rank-dependent order, and waits for all.
+void Step(Runtime& rt, int tensors) {
+  std::vector<std::vector<float>> grads(tensors, std::vector<float>(16, 1.0f));
+  std::vector<Work> works;
+  for (int k = 0; k < tensors; ++k) {
+    const int t = (rt.rank() % 2) ? tensors - 1 - k : k;
+    AllreduceRequest req;
+    req.name = absl::StrCat("grad/", t);
+    req.op = ReduceOp::kAverage;
+    req.input = req.output = TensorView(grads[t].data(), DataType::kFloat32, {16});
+    auto w = rt.Allreduce(req);
+    ASSERT_TRUE(w.ok()) << w.status();
+    works.push_back(*w);
+  }
+  for (Work& w : works) ASSERT_TRUE(w.Wait(absl::Seconds(30)).ok()) << w.status();
+  for (auto& g : grads) ASSERT_EQ(g[0], 1.0f);
+}
+
+TEST(ResponseCache, SteadyStateSendsNoRequestToTheCoordinator) {
+  const int n = 3, tensors = 200;
+  auto rts = testing::StartJob(n);
+  OnEachRank(n, [&](int r) { Step(*rts[r], tensors); });
+  std::vector<RuntimeStats> warm(n);
+  for (int r = 0; r < n; ++r) warm[r] = rts[r]->stats();
+  EXPECT_EQ(warm[0].coordinator_requests_received, n * tensors);
+  const int steps = 5;
+  OnEachRank(n, [&](int r) {
+    for (int i = 0; i < steps; ++i) Step(*rts[r], tensors);
+  });
+  const RuntimeStats steady = rts[0]->stats();
+  // Not one more full request: every rank sent cache ids only.
+  EXPECT_EQ(steady.coordinator_requests_received,
+            warm[0].coordinator_requests_received);
+  EXPECT_EQ(steady.coordinator_cache_hits_received -
+                warm[0].coordinator_cache_hits_received,
+            steps * n * tensors);
+  int64_t lists_in = 0;
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(rts[r]->stats().requests_sent, tensors) << "rank " << r;
+    if (r > 0) lists_in += rts[r]->stats().request_lists_sent - warm[r].request_lists_sent;
+  }
+  const int64_t lists_out =
+      rts[1]->stats().response_lists_received - warm[1].response_lists_received;
+  // Reported, not asserted: it depends on timing.
+  std::printf("steady state, %d tensors on %d ranks: per step %.1f request "
+              "lists reach the coordinator and each rank receives %.1f "
+              "response lists\n",
+              tensors, n, lists_in / static_cast<double>(steps),
+              lists_out / static_cast<double>(steps));
+  testing::ShutdownJob(rts);
+}
+
+TEST(ResponseCache, CapacityZeroSendsFullRequestsEveryStep) {
+  const int n = 2, tensors = 20;
+  auto rts = testing::StartJob(n, [](Options& o) { o.cache_capacity = 0; });
+  OnEachRank(n, [&](int r) {
+    for (int i = 0; i < 3; ++i) Step(*rts[r], tensors);
+  });
+  EXPECT_EQ(rts[0]->stats().coordinator_requests_received, 3 * n * tensors);
+  EXPECT_EQ(rts[0]->stats().coordinator_cache_hits_received, 0);
+  testing::ShutdownJob(rts);
+}
+
+TEST(ResponseCache, ChangedShapeUnderACachedNameIsRenegotiated) {
+  const int n = 2;
+  auto rts = testing::StartJob(n);
+  OnEachRank(n, [&](int r) {
+    for (int64_t len : {4, 4, 6, 6, 4}) {
+      std::vector<float> v(len, 1.0f);
+      AllreduceRequest req;
+      req.name = "resized";
+      req.input = req.output = TensorView(v.data(), DataType::kFloat32, {len});
+      ASSERT_TRUE(rts[r]->Allreduce(req)->Wait(absl::Seconds(30)).ok());
+      EXPECT_EQ(v, std::vector<float>(len, 2.0f));
+    }
+  });
+  // Full requests for the first use and each change of shape (3 per rank).
+  EXPECT_EQ(rts[0]->stats().coordinator_requests_received, 3 * n);
+  testing::ShutdownJob(rts);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Valid JSON according to Python's parser (Debian's python3 is a test
+// dependency of the project).
+bool ValidJson(const std::string& path) {
+  const std::string cmd =
+      absl::StrCat("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' ", path);
+  return std::system(cmd.c_str()) == 0;
+}
+
+TEST(Timeline, Rank0WritesChromeTraceWithEveryPhase) {
+  const std::string path = ::testing::TempDir() + "/timeline.json";
+  const int n = 2;
+  auto rts = testing::StartJob(n, [&](Options& o) { o.timeline_path = path; });
+  OnEachRank(n, [&](int r) { Step(*rts[r], 8); });
+  testing::ShutdownJob(rts);
+  const std::string json = ReadFile(path);
+  ASSERT_TRUE(ValidJson(path)) << json.substr(0, 2000);
+  for (const char* phase : {"NEGOTIATE", "QUEUE", "MEMCPY_IN_FUSION_BUFFER",
+                            "GLOO_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER",
+                            "CYCLE_START", "grad/7", "\"size\"", "\"batch\""}) {
+    EXPECT_THAT(json, HasSubstr(phase));
+  }
+}
+
+TEST(Timeline, StartedAtRunTimeAndValidAfterAbort) {
+  const std::string path = ::testing::TempDir() + "/timeline_abort.json";
+  const int n = 2;
+  auto rts = testing::StartJob(n);
+  ASSERT_TRUE(rts[0]->StartTimeline(path).ok());
+  OnEachRank(n, [&](int r) { Step(*rts[r], 4); });
+  rts[0]->Abort();
+  ASSERT_TRUE(ValidJson(path)) << ReadFile(path).substr(0, 2000);
+  EXPECT_THAT(ReadFile(path), HasSubstr("GLOO_ALLREDUCE"));
+  rts[1]->Abort();
+}
+
+TEST(Stall, ShutdownTimeFailsEveryRank) {
+  const int n = 3;
+  auto rts = testing::StartJob(n, [](Options& o) {
+    o.stall_check_time = absl::Milliseconds(200);
+    o.stall_shutdown_time = absl::Seconds(1);
+  });
+  std::vector<float> a(4), b(4);
+  AllreduceRequest req;
+  req.name = "A";
+  req.input = req.output = TensorView(a.data(), DataType::kFloat32, {4});
+  auto w0 = rts[0]->Allreduce(req);  // only rank 0 submits A
+  ASSERT_TRUE(w0.ok());
+  absl::Status s = w0->Wait(absl::Seconds(20));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("for ranks 1, 2 to submit it"));
+  // The other ranks are told too: their next submit fails the same way.
+  for (int r = 1; r < n; ++r) {
+    req.name = "later";
+    req.input = req.output = TensorView(b.data(), DataType::kFloat32, {4});
+    absl::Status later;
+    for (int attempt = 0; attempt < 1; ++attempt) {
+      auto w = rts[r]->Allreduce(req);
+      later = w.ok() ? w->Wait(absl::Seconds(20)) : w.status();
+    }
+    EXPECT_EQ(later.code(), absl::StatusCode::kDeadlineExceeded) << later;
+    EXPECT_THAT(std::string(later.message()), HasSubstr("stalled"));
+  }
+  for (auto& rt : rts) rt->Abort();
+}
+
+}  // namespace
+}  // namespace kolo
