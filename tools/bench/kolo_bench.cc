@@ -3,11 +3,16 @@
 //
 //   kolorun -np 2 bazel-bin/tools/bench/kolo_bench [--sizes 4096,1048576,...]
 //       [--iters N] [--warmup N]
+//   kolorun -np 2 bazel-bin/tools/bench/kolo_bench --idle 10
+//       (CPU time an initialised job with nothing to do uses in 10 s)
 //
 // Columns follow nccl-tests: size in bytes, element count, time (p50 and p99
 // over iterations, microseconds), algbw = size / time and busbw = algbw *
 // 2(n-1)/n for allreduce (GB/s), then the plain-gloo p50 and the ratio
 // gloo/kolo (> 1: kolo is faster).
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -30,6 +35,7 @@ struct Flags {
   std::vector<int64_t> sizes = {4096, 1 << 20, 64 << 20};
   int iters = 0;  // 0: chosen per size
   int warmup = 3;
+  int idle_seconds = 0;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -46,6 +52,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       }
     } else if (arg == "--iters") {
       if (!absl::SimpleAtoi(value, &f->iters) || f->iters < 1) return false;
+    } else if (arg == "--idle") {
+      if (!absl::SimpleAtoi(value, &f->idle_seconds) || f->idle_seconds < 1) return false;
     } else if (arg == "--warmup") {
       if (!absl::SimpleAtoi(value, &f->warmup) || f->warmup < 0) return false;
     } else {
@@ -85,7 +93,8 @@ int main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
-                 "usage: %s [--sizes B1,B2,...] [--iters N] [--warmup N]\n",
+                 "usage: %s [--sizes B1,B2,...] [--iters N] [--warmup N] "
+                 "[--idle SECONDS]\n",
                  argv[0]);
     return 2;
   }
@@ -94,6 +103,23 @@ int main(int argc, char** argv) {
   auto rt = kolo::Runtime::Create(*options);
   if (!rt.ok()) Die(std::string(rt.status().message()));
   const int rank = (*rt)->rank(), n = (*rt)->size();
+
+  if (flags.idle_seconds > 0) {
+    // Nothing submitted: the runtime's threads should sleep, not poll.
+    struct rusage before, after;
+    getrusage(RUSAGE_SELF, &before);
+    sleep(flags.idle_seconds);
+    getrusage(RUSAGE_SELF, &after);
+    auto cpu = [](const struct rusage& u) {
+      return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+             (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+    };
+    std::printf("idle rank %d: %.3f s CPU in %d s (%.3f%%)\n", rank,
+                cpu(after) - cpu(before), flags.idle_seconds,
+                100.0 * (cpu(after) - cpu(before)) / flags.idle_seconds);
+    absl::Status s = (*rt)->Shutdown();
+    return s.ok() ? 0 : 1;
+  }
 
   // The baseline: a plain gloo context of its own, over the same store.
   std::shared_ptr<kolo::Store> store = kolo::NewInMemoryStore();
