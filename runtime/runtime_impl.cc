@@ -1,5 +1,7 @@
 #include "runtime/runtime_impl.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -83,12 +85,31 @@ absl::Status RuntimeImpl::Start() {
     ControlCallbacks callbacks;
     callbacks.notify = [this] { Notify(); };
     callbacks.on_fatal = [this](const absl::Status& s) { Fatal(s); };
+    // Note [Liveness]: a peer silent for half the op timeout plus one
+    // heartbeat interval is lost, so a stopped rank is reported after at
+    // least timeout/2 (its last heartbeat may have come one interval before
+    // it stopped) and well before the op timeout; a slow but running rank
+    // keeps sending heartbeats and is never reported.
+    Liveness liveness;
+    liveness.heartbeat_interval =
+        std::min(absl::Seconds(1), options_.op_timeout / 8);
+    liveness.heartbeat_timeout =
+        options_.op_timeout / 2 + liveness.heartbeat_interval;
     auto control = ControlPlane::Create(options_.rank, options_.size, store_,
                                         options_.secret, options_.bind_addr,
-                                        deadline, std::move(callbacks));
+                                        deadline, std::move(callbacks), liveness);
     if (!control.ok()) return control.status();
     control_ = std::move(*control);
   }
+
+  // Which host this rank runs on, for ConnectProcessSet's choice of shm
+  // (see AllOnHost).
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  absl::Status published =
+      store_->Set(absl::StrCat("host/", options_.rank),
+                  absl::StrCat(options_.cross_rank, "@", host));
+  if (!published.ok()) return published;
 
   std::vector<int> all(options_.size);
   for (int r = 0; r < options_.size; ++r) all[r] = r;
@@ -133,6 +154,31 @@ void RuntimeImpl::RegisterProcessSet(int id, std::vector<int> ranks) {
   sets_[id] = std::move(set);
 }
 
+namespace {
+
+// Whether every rank in `ranks` (global) published the same host identity
+// as `me` in Start(): "<cross rank>@<hostname>". The launcher's cross rank
+// keeps apart "hosts" that share a hostname (network namespaces in tests);
+// the shm backend checks the rest itself (a rank that cannot map the
+// segment makes every rank fall back).
+absl::StatusOr<bool> AllOnHost(Store& store, const std::vector<int>& ranks,
+                               int me, absl::Duration timeout) {
+  auto mine = store.Get(absl::StrCat("host/", me), timeout);
+  if (!mine.ok()) return mine.status();
+  for (int r : ranks) {
+    auto theirs = store.Get(absl::StrCat("host/", r), timeout);
+    if (!theirs.ok()) return theirs.status();
+    if (*theirs != *mine) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// CPU backend: shm when KOLO_SHM is on, the shm backend is linked in and
+// every rank of the set is on this host; gloo otherwise, and also when shm
+// cannot start (the shm factory fails on every rank alike, so every rank
+// falls back together).
 absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
   if (!set.member()) return absl::OkStatus();
   BackendContext context;
@@ -142,9 +188,35 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
   context.bind_addr = options_.bind_addr;
   context.start_timeout = options_.start_timeout;
   context.op_timeout = options_.op_timeout;
-  auto backend = BackendRegistry::Get().Create(DeviceType::kCpu, context);
-  if (!backend.ok()) return backend.status();
-  set.backend = std::move(*backend);
+  std::unique_ptr<Backend> chosen;
+  if (options_.shm && BackendRegistry::Get().Has(DeviceType::kCpu, "shm")) {
+    auto local = AllOnHost(*store_, set.ranks, options_.rank,
+                           options_.start_timeout);
+    if (!local.ok()) return local.status();
+    context.all_ranks_on_host = *local;
+    if (*local) {
+      BackendContext shm_context = context;
+      shm_context.store =
+          NewPrefixStore(absl::StrCat("shm/set", set.id), store_);
+      auto shm = BackendRegistry::Get().Create(DeviceType::kCpu, "shm",
+                                               shm_context);
+      if (shm.ok()) {
+        chosen = std::move(*shm);
+      } else if (set.rank == 0) {
+        logger_.Warning(absl::StrCat(
+            "process set ", set.id, ": shared memory unavailable (",
+            shm.status().message(), "); using gloo"));
+      }
+    }
+  }
+  if (!chosen) {
+    auto backend = BackendRegistry::Get().Create(DeviceType::kCpu, context);
+    if (!backend.ok()) return backend.status();
+    chosen = std::move(*backend);
+  }
+  logger_.Info(absl::StrCat("process set ", set.id, ": ", set.size(),
+                            " ranks over ", chosen->name()));
+  set.backend = std::move(chosen);
   set.executor = std::make_unique<Executor>(
       set.backend.get(), set.rank, set.size(),
       options_.join_average_over_set_size,
@@ -279,6 +351,27 @@ void RuntimeImpl::Fatal(const absl::Status& status) {
   accepting_ = false;
   logger_.Error(std::string(status.message()));
   queue_.Close(status);
+  {
+    // The collective in flight fails now too; its buffers are left to the
+    // backend, which stops at its own timeout or when its peers close.
+    std::lock_guard<std::mutex> lock(executing_mu_);
+    for (TensorEntry* e : executing_) {
+      e->Complete(absl::Status(
+          status.code(),
+          absl::StrCat(CollectiveName(e->request.type()), " \"",
+                       e->request.name(), "\" failed: ", status.message())));
+    }
+  }
+  // Closing our data-plane connections makes peers blocked in a collective
+  // with us fail at once instead of at their timeout; ours ends the same way.
+  std::vector<std::shared_ptr<ProcessSetState>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, set] : sets_) sets.push_back(set);
+  }
+  for (auto& set : sets) {
+    if (set->backend) set->backend->Close();
+  }
   Notify();
 }
 
@@ -407,7 +500,16 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     }
     shutdown_sent_ = true;
   }
+  // The global set's list goes last: once the coordinator has every rank's
+  // global shutdown request it has all their other messages too (one
+  // ordered connection), and it closes the job.
+  std::vector<int> order;
   for (auto& [id, list] : lists) {
+    if (id != kGlobalProcessSet) order.push_back(id);
+  }
+  if (lists.count(kGlobalProcessSet)) order.push_back(kGlobalProcessSet);
+  for (int id : order) {
+    wire::RequestList& list = lists[id];
     ProcessSetState& set = *sets.at(id);
     list.set_process_set(id);
     list.set_acked_seq(set.executed_seq);
@@ -580,7 +682,15 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set, wire::Response response,
     ++counters_.collectives_executed;
     counters_.tensors_executed += static_cast<int64_t>(entries.size());
   }
+  {
+    std::lock_guard<std::mutex> lock(executing_mu_);
+    for (auto& e : entries) executing_.push_back(e.get());
+  }
   absl::Status s = set.executor->Execute(response, entries);
+  {
+    std::lock_guard<std::mutex> lock(executing_mu_);
+    executing_.clear();
+  }
   if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
 }
 

@@ -1,5 +1,6 @@
 #include "ops/gloo/gloo_backend.h"
 
+#include <atomic>
 #include <cstring>
 #include <exception>
 
@@ -149,14 +150,23 @@ class GlooBackend : public Backend {
   }
 
   void Close() override {
-    // gloo has no abort; closing the pairs makes a blocked peer's I/O fail.
-    // Not done here yet: gloo's closeConnections is not safe against a
-    // collective running in another thread.
+    // gloo has no abort. Closing our pairs makes every peer's I/O with us
+    // fail at once (they see the connection close), so peers stuck in a
+    // collective with this rank end quickly; a collective of ours that is
+    // blocked fails the same way or at gloo's timeout. gloo's pairs lock
+    // around their state, so this may run while a collective is in flight.
+    if (closed_.exchange(true) || !context_) return;
+    try {
+      context_->closeConnections();
+    } catch (const std::exception&) {
+      // Already broken: nothing left to close.
+    }
   }
 
  private:
   const int rank_;
   const int size_;
+  std::atomic<bool> closed_{false};
   std::shared_ptr<::gloo::Context> context_;
 };
 

@@ -1,5 +1,12 @@
 #include "runtime/control/control_plane.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,8 +29,12 @@ std::string Serialize(const wire::ControlMessage& m) {
 
 }  // namespace
 
-ControlPlane::ControlPlane(int rank, int size, ControlCallbacks callbacks)
-    : rank_(rank), size_(size), callbacks_(std::move(callbacks)) {
+ControlPlane::ControlPlane(int rank, int size, ControlCallbacks callbacks,
+                           Liveness liveness)
+    : rank_(rank),
+      size_(size),
+      callbacks_(std::move(callbacks)),
+      liveness_(liveness) {
   channels_.resize(rank == 0 ? size : 1);
   leaving_.resize(size, false);
 }
@@ -33,9 +44,9 @@ ControlPlane::~ControlPlane() { Close(); }
 absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
     int rank, int size, std::shared_ptr<Store> store, const std::string& secret,
     const std::string& bind_addr, absl::Time deadline,
-    ControlCallbacks callbacks) {
+    ControlCallbacks callbacks, Liveness liveness) {
   std::unique_ptr<ControlPlane> plane(
-      new ControlPlane(rank, size, std::move(callbacks)));
+      new ControlPlane(rank, size, std::move(callbacks), liveness));
   absl::Status s = rank == 0
                        ? plane->StartCoordinator(store, secret, bind_addr, deadline)
                        : plane->StartRank(store, secret, deadline);
@@ -43,7 +54,30 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
     plane->Close();
     return s;
   }
+  plane->heartbeat_thread_ = std::thread(&ControlPlane::HeartbeatLoop, plane.get());
   return plane;
+}
+
+void ControlPlane::HeartbeatLoop() {
+  wire::ControlMessage beat;
+  beat.mutable_heartbeat();
+  const std::string bytes = Serialize(beat);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!closed_) {
+    closed_cv_.wait_for(lock,
+                        absl::ToChronoNanoseconds(liveness_.heartbeat_interval),
+                        [&] { return closed_.load(); });
+    if (closed_) return;
+    std::vector<std::shared_ptr<net::SecureChannel>> targets;
+    for (auto& c : channels_) {
+      if (c) targets.push_back(c);
+    }
+    lock.unlock();
+    // A stopped peer stops reading: never block longer than one interval.
+    const absl::Time deadline = absl::Now() + liveness_.heartbeat_interval;
+    for (auto& c : targets) c->Send(bytes, deadline).IgnoreError();
+    lock.lock();
+  }
 }
 
 absl::Status ControlPlane::StartCoordinator(std::shared_ptr<Store> store,
@@ -53,7 +87,11 @@ absl::Status ControlPlane::StartCoordinator(std::shared_ptr<Store> store,
   auto listener = net::Listener::Bind(bind_addr, 0);
   if (!listener.ok()) return listener.status();
   listener_ = std::make_unique<net::Listener>(std::move(*listener));
-  accept_thread_ = std::thread(&ControlPlane::AcceptLoop, this, secret);
+  if (pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError("cannot create a pipe");
+  }
+  accept_thread_ = std::thread(&ControlPlane::AcceptLoop, this);
+  handshake_thread_ = std::thread(&ControlPlane::HandshakeLoop, this, secret);
   absl::Status s = store->Set(
       kAddressKey, absl::StrCat(listener_->addr(), ":", listener_->port()));
   if (!s.ok()) return s;
@@ -113,27 +151,94 @@ absl::Status ControlPlane::StartRank(std::shared_ptr<Store> store,
   return absl::OkStatus();
 }
 
-void ControlPlane::AcceptLoop(std::string secret) {
+void ControlPlane::AcceptLoop() {
   while (!closed_) {
     auto socket = listener_->Accept(absl::InfiniteFuture());
     if (!socket.ok()) {
       if (closed_) return;
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
-    threads_.emplace_back(&ControlPlane::HandleConnection, this,
-                          std::move(*socket), secret);
+    const absl::Time now = absl::Now();
+    // 32 bytes into a fresh connection's send buffer: does not block.
+    auto nonce = net::SecureChannel::ServerHello(*socket, now + absl::Seconds(1));
+    if (!nonce.ok()) continue;
+    {
+      std::lock_guard<std::mutex> lock(handshake_mu_);
+      handed_over_.push_back(
+          {std::move(*socket), std::move(*nonce), "", now + kHandshakeTimeout});
+    }
+    char byte = 1;
+    (void)!write(wake_pipe_[1], &byte, 1);
   }
 }
 
-void ControlPlane::HandleConnection(net::Socket socket, std::string secret) {
-  const absl::Time deadline = absl::Now() + kHandshakeTimeout;
-  auto channel = net::SecureChannel::Server(std::move(socket), secret,
-                                            deadline, kMaxControlFrame);
-  if (!channel.ok()) return;  // Unauthenticated: dropped, nothing parsed.
-  std::shared_ptr<net::SecureChannel> shared(std::move(*channel));
-  auto frame = shared->Receive(deadline);
+void ControlPlane::HandshakeLoop(std::string secret) {
+  std::vector<PendingHandshake> pending;
+  while (!closed_) {
+    {
+      std::lock_guard<std::mutex> lock(handshake_mu_);
+      for (auto& h : handed_over_) pending.push_back(std::move(h));
+      handed_over_.clear();
+    }
+    const absl::Time now = absl::Now();
+    absl::Time next = absl::InfiniteFuture();
+    std::vector<pollfd> fds = {{wake_pipe_[0], POLLIN, 0}};
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->deadline <= now) {
+        it = pending.erase(it);  // late: closed, nothing parsed
+        continue;
+      }
+      next = std::min(next, it->deadline);
+      fds.push_back({it->socket.fd(), POLLIN, 0});
+      ++it;
+    }
+    const int timeout_ms =
+        next == absl::InfiniteFuture()
+            ? -1
+            : static_cast<int>(absl::ToInt64Milliseconds(next - now)) + 1;
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
+    if (fds[0].revents) {
+      char drain[64];
+      while (read(wake_pipe_[0], drain, sizeof(drain)) > 0) {
+      }
+    }
+    std::vector<PendingHandshake> still;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      PendingHandshake& h = pending[i];
+      if (fds[i + 1].revents == 0) {
+        still.push_back(std::move(h));
+        continue;
+      }
+      char buf[net::SecureChannel::kClientAnswerBytes];
+      const size_t want = sizeof(buf) - h.answer.size();
+      const ssize_t got = recv(h.socket.fd(), buf, want, MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EINTR)) {
+        still.push_back(std::move(h));
+        continue;
+      }
+      if (got <= 0) continue;  // closed or broken: dropped
+      h.answer.append(buf, got);
+      if (h.answer.size() < sizeof(buf)) {
+        still.push_back(std::move(h));
+        continue;
+      }
+      // The proof reply is 32 bytes into an idle socket: does not block.
+      auto channel = net::SecureChannel::ServerFinish(
+          std::move(h.socket), secret, h.server_nonce, h.answer,
+          absl::Now() + absl::Seconds(1), kMaxControlFrame);
+      if (!channel.ok()) continue;  // wrong secret: closed without a word
+      std::shared_ptr<net::SecureChannel> shared(std::move(*channel));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      threads_.emplace_back(&ControlPlane::ServeAuthenticated, this, shared);
+    }
+    pending.swap(still);
+  }
+}
+
+void ControlPlane::ServeAuthenticated(
+    std::shared_ptr<net::SecureChannel> shared) {
+  auto frame = shared->Receive(absl::Now() + kHandshakeTimeout);
   wire::ControlMessage hello;
   if (!frame.ok() || !hello.ParseFromString(*frame) || !hello.has_hello() ||
       hello.hello().size() != size_ || hello.hello().rank() <= 0 ||
@@ -157,9 +262,16 @@ void ControlPlane::HandleConnection(net::Socket socket, std::string secret) {
 
 void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
   while (true) {
-    auto frame = channel->Receive();
+    auto frame = channel->Receive(absl::Now() + liveness_.heartbeat_timeout);
     if (!frame.ok()) {
-      PeerLost(peer, std::string(frame.status().message()));
+      if (absl::IsDeadlineExceeded(frame.status())) {
+        PeerLost(peer, absl::StrCat(
+                           "no heartbeat for ",
+                           absl::FormatDuration(liveness_.heartbeat_timeout),
+                           "; the process may be stopped, hung or unreachable"));
+      } else {
+        PeerLost(peer, std::string(frame.status().message()));
+      }
       return;
     }
     wire::ControlMessage message;
@@ -167,6 +279,7 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
       PeerLost(peer, "malformed control message");
       return;
     }
+    if (message.has_heartbeat()) continue;
     if (message.has_rank_lost() && rank_ != 0) {
       const auto& lost = message.rank_lost();
       shutting_down_ = true;  // The job is over; the coordinator will close.
@@ -279,8 +392,17 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
 }
 
 void ControlPlane::Close() {
-  if (closed_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_.exchange(true)) return;
+  }
+  closed_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   if (listener_) listener_->Close();
+  if (wake_pipe_[1] >= 0) {
+    char byte = 1;
+    (void)!write(wake_pipe_[1], &byte, 1);
+  }
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -289,6 +411,11 @@ void ControlPlane::Close() {
     }
   }
   if (accept_thread_.joinable()) accept_thread_.join();
+  if (handshake_thread_.joinable()) handshake_thread_.join();
+  for (int& fd : wake_pipe_) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     threads.swap(threads_);

@@ -11,8 +11,11 @@
 // coordinator's connection closes, a rank reports "lost coordinator
 // (rank 0)". `on_fatal` runs on the reader thread, so pending work fails at
 // once even while the background thread is inside a collective.
-// (Heartbeats for ranks that hang without closing: see the reliability
-// work; the reader threads are where they will be checked.)
+// A rank that hangs without closing its connection (stopped, deadlocked,
+// unreachable) is found by heartbeats: every side sends one each
+// `heartbeat_interval`, and a connection silent for `heartbeat_timeout` is a
+// lost peer, reported like a closed one. A heartbeat thread of its own keeps
+// them flowing while the background thread is inside a long collective.
 //
 // Threads: Send*/Broadcast may be called from any thread; TakeEvents from
 // the background thread; Close from any thread.
@@ -48,6 +51,11 @@ struct ControlCallbacks {
   std::function<void(const absl::Status&)> on_fatal;  // a peer is lost
 };
 
+struct Liveness {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(300);
+};
+
 class ControlPlane {
  public:
   // Rank 0 listens on bind_addr, publishes its address in `store` and waits
@@ -56,7 +64,8 @@ class ControlPlane {
   static absl::StatusOr<std::unique_ptr<ControlPlane>> Create(
       int rank, int size, std::shared_ptr<Store> store,
       const std::string& secret, const std::string& bind_addr,
-      absl::Time deadline, ControlCallbacks callbacks);
+      absl::Time deadline, ControlCallbacks callbacks,
+      Liveness liveness = Liveness());
   ~ControlPlane();
 
   // Non-coordinator ranks: to the coordinator.
@@ -77,15 +86,23 @@ class ControlPlane {
   void Close();
 
  private:
-  ControlPlane(int rank, int size, ControlCallbacks callbacks);
+  ControlPlane(int rank, int size, ControlCallbacks callbacks,
+               Liveness liveness);
+  void HeartbeatLoop();
   absl::Status StartCoordinator(std::shared_ptr<Store> store,
                                 const std::string& secret,
                                 const std::string& bind_addr,
                                 absl::Time deadline);
   absl::Status StartRank(std::shared_ptr<Store> store,
                          const std::string& secret, absl::Time deadline);
-  void AcceptLoop(std::string secret);
-  void HandleConnection(net::Socket socket, std::string secret);
+  // Note [Unauthenticated connections cost no thread]: the accept thread
+  // sends each new connection the server nonce and hands it to the
+  // handshake thread, which waits for all pending answers at once (poll) and
+  // drops any that is wrong or late (kHandshakeTimeout). Only authenticated
+  // connections get a reader thread.
+  void AcceptLoop();
+  void HandshakeLoop(std::string secret);
+  void ServeAuthenticated(std::shared_ptr<net::SecureChannel> channel);
   void ReadLoop(int peer_rank, net::SecureChannel* channel);
   void PeerLost(int peer_rank, const std::string& reason);
   void Push(int from_rank, wire::ControlMessage message);
@@ -93,12 +110,25 @@ class ControlPlane {
   const int rank_;
   const int size_;
   const ControlCallbacks callbacks_;
+  const Liveness liveness_;
+  std::thread heartbeat_thread_;
+  std::condition_variable closed_cv_;  // wakes the heartbeat thread
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> closed_{false};
   std::atomic<bool> lost_reported_{false};
 
   std::unique_ptr<net::Listener> listener_;  // coordinator only
   std::thread accept_thread_;
+  std::thread handshake_thread_;
+  struct PendingHandshake {
+    net::Socket socket;
+    std::string server_nonce;
+    std::string answer;  // bytes received so far
+    absl::Time deadline;
+  };
+  std::mutex handshake_mu_;
+  std::vector<PendingHandshake> handed_over_;  // guarded by handshake_mu_
+  int wake_pipe_[2] = {-1, -1};  // wakes the handshake thread
 
   std::mutex mu_;
   std::condition_variable joined_cv_;

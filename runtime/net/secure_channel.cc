@@ -202,21 +202,42 @@ absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::Server(
     size_t max_frame_bytes) {
   absl::Status valid = CheckSecret(secret);
   if (!valid.ok()) return valid;
-  const std::string peer = socket.PeerAddress();
+  absl::StatusOr<std::string> server_nonce = ServerHello(socket, deadline);
+  if (!server_nonce.ok()) return server_nonce.status();
+  std::string answer(kClientAnswerBytes, '\0');
+  absl::Status st = socket.RecvAll(&answer[0], answer.size(), deadline);
+  if (!st.ok()) return HandshakeError(st, socket.PeerAddress());
+  return ServerFinish(std::move(socket), secret, *server_nonce, answer,
+                      deadline, max_frame_bytes);
+}
 
+absl::StatusOr<std::string> SecureChannel::ServerHello(Socket& socket,
+                                                       absl::Time deadline) {
   absl::StatusOr<std::string> server_nonce = RandomBytes(kNonceBytes);
   if (!server_nonce.ok()) return server_nonce.status();
   absl::Status st = socket.SendAll(server_nonce->data(), kNonceBytes, deadline);
-  if (!st.ok()) return HandshakeError(st, peer);
+  if (!st.ok()) return HandshakeError(st, socket.PeerAddress());
+  return server_nonce;
+}
 
-  std::string answer(kNonceBytes + kMacBytes, '\0');
-  st = socket.RecvAll(&answer[0], answer.size(), deadline);
-  if (!st.ok()) return HandshakeError(st, peer);
+absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::ServerFinish(
+    Socket socket, const std::string& secret, const std::string& server_nonce,
+    const std::string& answer, absl::Time deadline, size_t max_frame_bytes) {
+  static_assert(kClientAnswerBytes == kNonceBytes + kMacBytes,
+                "answer = client nonce + proof");
+  absl::Status valid = CheckSecret(secret);
+  if (!valid.ok()) return valid;
+  const std::string peer = socket.PeerAddress();
+  if (answer.size() != kClientAnswerBytes) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("authentication failed: ", peer.empty() ? "peer" : peer,
+                     " sent a malformed handshake"));
+  }
   absl::string_view client_nonce(answer.data(), kNonceBytes);
   absl::string_view client_proof(answer.data() + kNonceBytes, kMacBytes);
 
   absl::StatusOr<std::string> expected =
-      HmacSha256(secret, {kClientLabel, *server_nonce, client_nonce});
+      HmacSha256(secret, {kClientLabel, server_nonce, client_nonce});
   if (!expected.ok()) return expected.status();
   if (!ConstantTimeEqual(client_proof, *expected)) {
     // Close without answering (the socket goes with this scope).
@@ -226,13 +247,13 @@ absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::Server(
   }
 
   absl::StatusOr<std::string> server_proof =
-      HmacSha256(secret, {kServerLabel, client_nonce, *server_nonce});
+      HmacSha256(secret, {kServerLabel, client_nonce, server_nonce});
   if (!server_proof.ok()) return server_proof.status();
-  st = socket.SendAll(server_proof->data(), kMacBytes, deadline);
+  absl::Status st = socket.SendAll(server_proof->data(), kMacBytes, deadline);
   if (!st.ok()) return HandshakeError(st, peer);
 
   absl::StatusOr<std::string> key =
-      HmacSha256(secret, {kSessionLabel, *server_nonce, client_nonce});
+      HmacSha256(secret, {kSessionLabel, server_nonce, client_nonce});
   if (!key.ok()) return key.status();
   return std::unique_ptr<SecureChannel>(
       new SecureChannel(std::move(socket), std::move(*key), /*is_client=*/false,

@@ -52,6 +52,19 @@ class SecureChannel {
       Socket socket, const std::string& secret, absl::Time deadline,
       size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
+  // The server's handshake in two steps, for servers that multiplex many
+  // pending handshakes on one thread (so that unauthenticated connections
+  // cost no thread): ServerHello sends the server nonce and returns it;
+  // once the client's answer (kClientAnswerBytes) has arrived, ServerFinish
+  // checks it and completes the handshake like Server().
+  static constexpr size_t kClientAnswerBytes = 64;
+  static absl::StatusOr<std::string> ServerHello(Socket& socket,
+                                                 absl::Time deadline);
+  static absl::StatusOr<std::unique_ptr<SecureChannel>> ServerFinish(
+      Socket socket, const std::string& secret, const std::string& server_nonce,
+      const std::string& client_answer, absl::Time deadline,
+      size_t max_frame_bytes = kDefaultMaxFrameBytes);
+
   // Sends one frame. Unavailable once the connection is closed.
   absl::Status Send(absl::string_view payload,
                     absl::Time deadline = absl::InfiniteFuture());

@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "runtime/net/socket.h"
+#include "tests/testing/raw_protocol.h"
 
 namespace kolo {
 namespace net {
@@ -28,33 +29,9 @@ constexpr char kSecret[] = "test-secret-0123456789";
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
 
-std::string Hmac(const std::string& key, const std::string& data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
-       &len);
-  return std::string(reinterpret_cast<char*>(out), len);
-}
-
-std::string BigEndian(uint64_t v, int bytes) {
-  std::string out(bytes, '\0');
-  for (int i = bytes - 1; i >= 0; --i) {
-    out[i] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-  return out;
-}
-
-// One frame as the Note describes it; dir 1 = client->server.
-std::string EncodeFrame(const std::string& key, uint8_t dir, uint64_t seq,
-                        const std::string& payload) {
-  std::string length = BigEndian(payload.size(), 4);
-  std::string sequence = BigEndian(seq, 8);
-  std::string mac = Hmac(key, std::string(1, static_cast<char>(dir)) +
-                                  sequence + length + payload);
-  return length + sequence + payload + mac;
-}
+using testing::BigEndian;
+using testing::EncodeFrame;
+using testing::Hmac;
 
 // A TCP connection whose server end is `server_socket` and client end a raw
 // socket (for hand-written protocol bytes).
@@ -98,20 +75,10 @@ Channels Handshake(
   return channels;
 }
 
-// The client side of the handshake by hand. Returns the session key; the
-// socket stays raw so the test can write any bytes.
 std::string RawClientHandshake(Socket& socket, const std::string& secret) {
-  std::string ns(32, '\0');
-  EXPECT_TRUE(socket.RecvAll(&ns[0], 32, In(absl::Seconds(10))).ok());
-  std::string nc(32, '\0');
-  RAND_bytes(reinterpret_cast<unsigned char*>(&nc[0]), 32);
-  std::string answer = nc + Hmac(secret, "kolo-client" + ns + nc);
-  EXPECT_TRUE(
-      socket.SendAll(answer.data(), answer.size(), In(absl::Seconds(10))).ok());
-  std::string server_proof(32, '\0');
-  EXPECT_TRUE(socket.RecvAll(&server_proof[0], 32, In(absl::Seconds(10))).ok());
-  EXPECT_EQ(server_proof, Hmac(secret, "kolo-server" + nc + ns));
-  return Hmac(secret, "kolo-session" + ns + nc);
+  std::string key = testing::RawClientHandshake(socket, secret);
+  EXPECT_FALSE(key.empty()) << "the server did not complete the handshake";
+  return key;
 }
 
 // A SecureChannel server talking to a hand-driven raw client.
