@@ -33,6 +33,10 @@ struct BackendContext {
   absl::Duration start_timeout = absl::Seconds(60);
   // Bound on each collective.
   absl::Duration op_timeout = absl::Seconds(600);
+  // Every rank of the set runs on this host (same machine, same /dev/shm),
+  // as far as the runtime can tell from the placement each rank published.
+  // Backends that need shared memory (shm) refuse to start without it.
+  bool all_ranks_on_host = false;
 };
 
 class Backend {
@@ -71,30 +75,51 @@ class Backend {
 using BackendFactory =
     std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendContext&)>;
 
+// How Create(device, context) treats a registered backend.
+enum class BackendSelection {
+  // A candidate for Create(device, context): the first one registered wins.
+  kDefault,
+  // Only created by name (e.g. "shm": the runtime picks it when the set's
+  // placement allows, and falls back to the default otherwise).
+  kByNameOnly,
+};
+
 // Written only during static initialisation (by backends' registrars), read
 // afterwards: not mutable state at run time.
 class BackendRegistry {
  public:
   static BackendRegistry& Get();
-  void Register(DeviceType device, std::string name, BackendFactory factory);
-  // The backend registered for `device`; NotFound names the device.
+  void Register(DeviceType device, std::string name, BackendFactory factory,
+                BackendSelection selection = BackendSelection::kDefault);
+  // The default backend registered for `device`; NotFound names the device.
   absl::StatusOr<std::unique_ptr<Backend>> Create(
       DeviceType device, const BackendContext& context) const;
+  // The backend registered for `device` under `name`; NotFound names both.
+  // Errors of the factory itself are returned as they are.
+  absl::StatusOr<std::unique_ptr<Backend>> Create(
+      DeviceType device, const std::string& name,
+      const BackendContext& context) const;
+  // Whether a default backend is registered for `device`.
   bool Has(DeviceType device) const;
+  // Whether a backend named `name` is registered for `device`.
+  bool Has(DeviceType device, const std::string& name) const;
 
  private:
   struct Entry {
     DeviceType device;
     std::string name;
     BackendFactory factory;
+    BackendSelection selection;
   };
   std::vector<Entry> entries_;
 };
 
 // Put one at namespace scope in a backend's .cc file.
 struct BackendRegistrar {
-  BackendRegistrar(DeviceType device, std::string name, BackendFactory factory) {
-    BackendRegistry::Get().Register(device, std::move(name), std::move(factory));
+  BackendRegistrar(DeviceType device, std::string name, BackendFactory factory,
+                   BackendSelection selection = BackendSelection::kDefault) {
+    BackendRegistry::Get().Register(device, std::move(name), std::move(factory),
+                                    selection);
   }
 };
 
