@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for SECONDS (default
+# 30). Prints one line per target: "fuzz <target>: <runs> runs, <crashes>".
+# Exit status: non-zero if a target crashed or did not build.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+seconds="${1:-30}"
+out_base="${KOLO_CLANG_OUTPUT_BASE:-$HOME/.cache/kolo-clang}"
+targets=(wire_fuzzer config_fuzzer store_fuzzer)
+bazel --output_base="$out_base" build --config=fuzz \
+  $(printf '//tests/fuzz:%s ' "${targets[@]}") || exit 1
+bin="$(bazel --output_base="$out_base" info --config=fuzz bazel-bin 2>/dev/null)"
+status=0
+for t in "${targets[@]}"; do
+  corpus="$(mktemp -d)"
+  log="$(mktemp)"
+  "$bin/tests/fuzz/$t" -max_total_time="$seconds" -print_final_stats=1 \
+    -timeout=10 "$corpus" >"$log" 2>&1
+  rc=$?
+  runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$')
+  if [ $rc -eq 0 ]; then
+    echo "fuzz $t: ${runs:-?} runs in ${seconds}s, no crash"
+  else
+    echo "fuzz $t: FAILED (exit $rc)"
+    tail -40 "$log"
+    status=1
+  fi
+  rm -rf "$corpus" "$log"
+done
+exit $status
