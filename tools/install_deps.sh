@@ -8,6 +8,8 @@ PACKAGES=(
   g++ libgloo-dev libabsl-dev libprotobuf-dev protobuf-compiler
   libssl-dev libgtest-dev libgmock-dev
   procps iproute2
+  # Sanitizers and fuzzers (tools/sanitize.sh, tools/fuzz.sh)
+  clang libclang-rt-14-dev python3
   # LibTorch frontend, its example and the DDP baseline
   libtorch-dev dataset-fashion-mnist python3-torch cmake pkg-config
   # Launching under other engines and over ssh (tests use network namespaces)

@@ -11,7 +11,7 @@ passed=0
 failed=0
 skipped=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log" "$log.asan" "$log.fuzz"' EXIT
 
 bazel test --keep_going //... 2>&1 | tee "$log"
 
@@ -23,6 +23,32 @@ skipped=$((skipped + $(count SKIPPED)))
 if grep -q "FAILED TO BUILD\|Build did NOT complete successfully" "$log" &&
    [ "$(count 'FAILED|TIMEOUT|FLAKY|INCOMPLETE|NO STATUS')" -eq 0 ]; then
   failed=$((failed + 1))  # a build failure with no test to blame
+fi
+
+# Sanitizers (ASan + UBSan) over the runtime and ops tests, with clang in an
+# output base of its own; each sanitized target counts as a test.
+# KOLO_SKIP_SANITIZERS=1 skips them (counted as skipped).
+if [ "${KOLO_SKIP_SANITIZERS:-0}" = 1 ]; then
+  skipped=$((skipped + 1))
+else
+  echo "=== tools/sanitize.sh asan ==="
+  tools/sanitize.sh asan 2>&1 | tee "$log.asan"
+  a_pass=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$log.asan" || true)
+  a_fail=$(grep -cE "^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)" "$log.asan" || true)
+  if [ "$a_pass" -eq 0 ] && [ "$a_fail" -eq 0 ]; then a_fail=1; fi  # did not build
+  passed=$((passed + a_pass))
+  failed=$((failed + a_fail))
+  rm -f "$log.asan"
+
+  # Fuzzers: a short run of each (tools/fuzz.sh SECONDS for longer ones).
+  echo "=== tools/fuzz.sh ${KOLO_FUZZ_SECONDS:-20} ==="
+  tools/fuzz.sh "${KOLO_FUZZ_SECONDS:-20}" 2>&1 | tee "$log.fuzz"
+  f_pass=$(grep -cE "^fuzz [a-z_]+: [0-9]+ runs" "$log.fuzz" || true)
+  f_fail=$(grep -cE "^fuzz [a-z_]+: FAILED" "$log.fuzz" || true)
+  if [ "$f_pass" -eq 0 ] && [ "$f_fail" -eq 0 ]; then f_fail=1; fi
+  passed=$((passed + f_pass))
+  failed=$((failed + f_fail))
+  rm -f "$log.fuzz"
 fi
 
 # The main-job command, as a user runs it, on a small workload.
