@@ -178,7 +178,9 @@ TEST(KolorunJob, StalledRankIsNamedThenTheJobFails) {
 }
 
 TEST(KolorunJob, HorovodParityCollectivesInRealProcesses) {
-  Result r = RunCommand({g_kolorun, "-np", "4", g_parity_worker});
+  const std::string timeline = MakeTempDir() + "/timeline.json";
+  Result r = RunCommand({"/usr/bin/env", "KOLO_TIMELINE=" + timeline, g_kolorun,
+                         "-np", "4", g_parity_worker});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex ok_line(R"(\[(\d)\] PARITY OK rank \d join last (\d))");
   std::set<std::string> ranks, lasts;
@@ -189,6 +191,16 @@ TEST(KolorunJob, HorovodParityCollectivesInRealProcesses) {
   }
   EXPECT_EQ(ranks.size(), 4u) << r.output;
   EXPECT_EQ(lasts.size(), 1u) << "Join returned different ranks:\n" << r.output;
+  // Rank 0 wrote the timeline of the whole run, as valid JSON.
+  Result json = RunCommand({"/usr/bin/python3", "-c",
+                            "import json,sys; t=json.load(open(sys.argv[1])); "
+                            "print(sorted({e['name'] for e in t}))",
+                            timeline});
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  for (const char* phase : {"NEGOTIATE", "GLOO_ALLREDUCE", "GLOO_ALLTOALL",
+                            "GLOO_REDUCESCATTER", "CYCLE_START"}) {
+    EXPECT_THAT(json.output, HasSubstr(phase));
+  }
 }
 
 }  // namespace
