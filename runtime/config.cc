@@ -32,9 +32,9 @@ const char kInsecureWellKnownSecret[] = "kolo-insecure-well-known-secret";
 
 namespace {
 
-#define KOLO_RETURN_IF_ERROR(expr)    \
-  do {                                \
-    absl::Status _status = (expr);    \
+#define KOLO_RETURN_IF_ERROR(expr)     \
+  do {                                 \
+    absl::Status _status = (expr);     \
     if (!_status.ok()) return _status; \
   } while (0)
 
@@ -194,9 +194,9 @@ absl::Status ReadFirstInt32(const EnvironmentMap& env,
 absl::Status Require(const EnvironmentMap& env, const char* present,
                      const char* needed) {
   if (Find(env, needed)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      present, " is set but ", needed,
-      " is not: cannot tell this worker's place in the job"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(present, " is set but ", needed,
+                   " is not: cannot tell this worker's place in the job"));
 }
 
 // Cross rank and size when the launcher names no host index: ranks are
@@ -223,7 +223,8 @@ absl::StatusOr<std::vector<int>> ExpandTasksPerNode(const std::string& var,
         return Bad(var, value, "counts like \"2(x3),1\"");
       }
     }
-    if (!absl::SimpleAtoi(number, &count) || count < 1) {
+    if (!absl::SimpleAtoi(number, &count) || count < 1 ||
+        counts.size() + repeat > (1 << 20)) {
       return Bad(var, value, "counts like \"2(x3),1\"");
     }
     counts.insert(counts.end(), repeat, count);
@@ -267,16 +268,16 @@ absl::Status ParseSlurmPlacement(const EnvironmentMap& env, Options* o) {
       env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, 1,
       &o->cross_size));
   std::string tasks_var;
-  if (const std::string* tasks = FindFirst(
-          env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"},
-          &tasks_var)) {
+  if (const std::string* tasks =
+          FindFirst(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"},
+                    &tasks_var)) {
     absl::StatusOr<std::vector<int>> counts =
         ExpandTasksPerNode(tasks_var, *tasks);
     if (!counts.ok()) return counts.status();
     if (o->cross_rank >= static_cast<int>(counts->size())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "SLURM_NODEID=", o->cross_rank, " has no entry in ", tasks_var, "=\"",
-          *tasks, "\""));
+      return absl::InvalidArgumentError(
+          absl::StrCat("SLURM_NODEID=", o->cross_rank, " has no entry in ",
+                       tasks_var, "=\"", *tasks, "\""));
     }
     o->local_size = (*counts)[o->cross_rank];
   } else if (Find(env, "SLURM_NTASKS_PER_NODE")) {
@@ -338,8 +339,8 @@ absl::Status ParsePlacement(const EnvironmentMap& env, Options* o) {
   if (!valid.ok() && !o->placement_source.empty() &&
       o->placement_source != "kolo") {
     return absl::InvalidArgumentError(
-        absl::StrCat(valid.message(), " (placement from ",
-                     o->placement_source, "'s environment variables)"));
+        absl::StrCat(valid.message(), " (placement from ", o->placement_source,
+                     "'s environment variables)"));
   }
   return valid;
 }
@@ -389,9 +390,9 @@ absl::Status ParseRendezvous(const EnvironmentMap& env, Options* o,
           &nodelist_var)) {
     absl::StatusOr<std::vector<std::string>> nodes = ExpandSlurmNodelist(*v);
     if (!nodes.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "invalid value for ", nodelist_var, "=\"", *v,
-          "\": ", nodes.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid value for ", nodelist_var, "=\"", *v,
+                       "\": ", nodes.status().message()));
     }
     o->rendezvous_addr = nodes->front();
     *addr_source = absl::StrCat("the first node of ", nodelist_var);
@@ -411,30 +412,31 @@ absl::Status ParseRendezvous(const EnvironmentMap& env, Options* o,
 // Sets bind_addr (Options::bind_addr) and checks that rank 0, when it hosts
 // the store, listens where the others look for it.
 absl::Status ParseBindAddress(const EnvironmentMap& env, Options* o,
-                              const std::string& addr_source) {
+                              const std::string& addr_source,
+                              bool resolve_names) {
   if (const std::string* v = Find(env, "KOLO_IFACE"); v && !v->empty()) {
     absl::StatusOr<std::string> addr = InterfaceAddress(*v);
     if (!addr.ok()) return addr.status();
     o->iface = *v;
     o->bind_addr = *addr;
   } else if (o->size > 1 && o->rendezvous_addr != "127.0.0.1") {
-    absl::StatusOr<std::string> addr = LocalAddressFor(o->rendezvous_addr);
+    absl::StatusOr<std::string> addr =
+        LocalAddressFor(o->rendezvous_addr, resolve_names);
     if (!addr.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "no local address reaches the rendezvous address \"",
-          o->rendezvous_addr, "\" (from ", addr_source,
-          "): ", addr.status().message(), "; set KOLO_IFACE"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no local address reaches the rendezvous address \"",
+                       o->rendezvous_addr, "\" (from ", addr_source,
+                       "): ", addr.status().message(), "; set KOLO_IFACE"));
     }
     o->bind_addr = *addr;
   }
   if (o->size == 1 || !o->host_store || o->rank != 0) return absl::OkStatus();
   absl::StatusOr<std::vector<std::string>> resolved =
-      ResolveIPv4(o->rendezvous_addr);
+      ResolveIPv4(o->rendezvous_addr, resolve_names);
   if (!resolved.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank 0 hosts the rendezvous store at \"",
-                     o->rendezvous_addr, "\" (from ", addr_source,
-                     "): ", resolved.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank 0 hosts the rendezvous store at \"", o->rendezvous_addr,
+        "\" (from ", addr_source, "): ", resolved.status().message()));
   }
   for (const std::string& addr : *resolved) {
     if (addr == o->bind_addr || o->bind_addr == "0.0.0.0") {
@@ -510,16 +512,18 @@ absl::StatusOr<std::string> InterfaceAddress(const std::string& iface) {
   return found;
 }
 
-absl::StatusOr<std::vector<std::string>> ResolveIPv4(const std::string& host) {
+absl::StatusOr<std::vector<std::string>> ResolveIPv4(const std::string& host,
+                                                     bool allow_lookup) {
   struct addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
+  if (!allow_lookup) hints.ai_flags = AI_NUMERICHOST;
   struct addrinfo* result = nullptr;
   const int gai = getaddrinfo(host.c_str(), nullptr, &hints, &result);
   if (gai != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot resolve \"", host,
-                                            "\": ", gai_strerror(gai)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot resolve \"", host, "\": ", gai_strerror(gai)));
   }
   std::vector<std::string> addrs;
   for (struct addrinfo* ai = result; ai; ai = ai->ai_next) {
@@ -559,8 +563,10 @@ bool IsLocalAddress(const std::string& addr) {
   return local;
 }
 
-absl::StatusOr<std::string> LocalAddressFor(const std::string& host) {
-  absl::StatusOr<std::vector<std::string>> addrs = ResolveIPv4(host);
+absl::StatusOr<std::string> LocalAddressFor(const std::string& host,
+                                            bool allow_lookup) {
+  absl::StatusOr<std::vector<std::string>> addrs =
+      ResolveIPv4(host, allow_lookup);
   if (!addrs.ok()) return addrs.status();
   for (const std::string& addr : *addrs) {
     if (IsLocalAddress(addr)) return addr;
@@ -581,8 +587,8 @@ absl::StatusOr<std::string> LocalAddressFor(const std::string& host) {
           0) {
     const int err = errno;
     close(fd);
-    return absl::UnavailableError(absl::StrCat(
-        "no route to ", addrs->front(), ": ", std::strerror(err)));
+    return absl::UnavailableError(
+        absl::StrCat("no route to ", addrs->front(), ": ", std::strerror(err)));
   }
   close(fd);
   char buf[INET_ADDRSTRLEN];
@@ -674,9 +680,8 @@ absl::StatusOr<std::vector<std::string>> ExpandSlurmNodelist(
       return absl::InvalidArgumentError("unbalanced brackets");
     }
     if (c != ',' || depth != 0) continue;
-    KOLO_RETURN_IF_ERROR(
-        ExpandNodeName(absl::string_view(nodelist).substr(start, i - start),
-                       &names));
+    KOLO_RETURN_IF_ERROR(ExpandNodeName(
+        absl::string_view(nodelist).substr(start, i - start), &names));
     start = i + 1;
   }
   if (depth != 0) return absl::InvalidArgumentError("unbalanced '['");
@@ -684,12 +689,18 @@ absl::StatusOr<std::vector<std::string>> ExpandSlurmNodelist(
 }
 
 absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env) {
+  return ParseOptions(env, ParseSettings());
+}
+
+absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
+                                     const ParseSettings& settings) {
   Options o;
   std::string addr_source;
   KOLO_RETURN_IF_ERROR(ParsePlacement(env, &o));
   KOLO_RETURN_IF_ERROR(ParseRendezvous(env, &o, &addr_source));
   KOLO_RETURN_IF_ERROR(ParseSecret(env, &o));
-  KOLO_RETURN_IF_ERROR(ParseBindAddress(env, &o, addr_source));
+  KOLO_RETURN_IF_ERROR(
+      ParseBindAddress(env, &o, addr_source, settings.resolve_names));
 
   KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_FUSION_THRESHOLD", 0,
                                int64_t{1} << 40, &o.fusion_threshold_bytes));
@@ -700,8 +711,7 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env) {
       ReadInt32(env, "KOLO_CACHE_CAPACITY", 0, &o.cache_capacity));
   KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_OP_TIMEOUT", absl::Seconds(1),
                                     /*allow_zero=*/false, &o.op_timeout));
-  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_START_TIMEOUT",
-                                    absl::Seconds(1),
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_START_TIMEOUT", absl::Seconds(1),
                                     /*allow_zero=*/false, &o.start_timeout));
   KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_STALL_CHECK_TIME",
                                     absl::Seconds(1), /*allow_zero=*/true,
@@ -712,8 +722,8 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env) {
   if (const std::string* v = Find(env, "KOLO_TIMELINE")) o.timeline_path = *v;
   KOLO_RETURN_IF_ERROR(ReadLogLevel(env, &o.log_level));
   KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));
-  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_HIERARCHICAL_ALLREDUCE",
-                                &o.hierarchical_allreduce));
+  KOLO_RETURN_IF_ERROR(
+      ReadBool(env, "KOLO_HIERARCHICAL_ALLREDUCE", &o.hierarchical_allreduce));
   KOLO_RETURN_IF_ERROR(ValidateOptions(o));
   return o;
 }

@@ -38,6 +38,15 @@ EnvironmentMap ProcessEnvironment();
 // list every variable.
 absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env);
 
+struct ParseSettings {
+  // Resolve host names (MASTER_ADDR=node1, a Slurm node) with getaddrinfo,
+  // which may ask DNS. Off, only numeric addresses are accepted: for fuzzers
+  // and tests, which must not send queries anywhere.
+  bool resolve_names = true;
+};
+absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
+                                     const ParseSettings& settings);
+
 // Checks cross-field consistency (rank < size, ...) of options built by
 // hand or parsed.
 absl::Status ValidateOptions(const Options& options);
@@ -47,7 +56,9 @@ absl::StatusOr<std::string> InterfaceAddress(const std::string& iface);
 
 // The IPv4 addresses of `host` (a numeric address or a name, resolved with
 // getaddrinfo: /etc/hosts, then DNS), in resolver order, without duplicates.
-absl::StatusOr<std::vector<std::string>> ResolveIPv4(const std::string& host);
+// With `allow_lookup` false, names fail: numeric addresses only.
+absl::StatusOr<std::vector<std::string>> ResolveIPv4(const std::string& host,
+                                                     bool allow_lookup = true);
 
 // True if `addr` (numeric IPv4) belongs to this machine, in this network
 // namespace: a listener can bind to it (any of 127.0.0.0/8 included).
@@ -56,7 +67,8 @@ bool IsLocalAddress(const std::string& addr);
 // The local IPv4 address through which this machine reaches `host`: one of
 // host's own addresses if it is local (see IsLocalAddress), else the source
 // address the kernel routes packets to it from. Sends nothing.
-absl::StatusOr<std::string> LocalAddressFor(const std::string& host);
+absl::StatusOr<std::string> LocalAddressFor(const std::string& host,
+                                            bool allow_lookup = true);
 
 // Expands a Slurm node list such as "node[1-3,05],gpu7,rack[1-2]-n[1-2]"
 // into host names, in order ("node1,node2,node3,node05,gpu7,rack1-n1,...").

@@ -48,6 +48,11 @@ RuntimeImpl::~RuntimeImpl() {
 
 absl::Status RuntimeImpl::Start() {
   const absl::Time deadline = absl::Now() + options_.start_timeout;
+  if (options_.insecure_no_secret) {
+    logger_.Warning(
+        "KOLO_INSECURE_NO_SECRET=1: this job uses a fixed, publicly known "
+        "secret; anyone who can reach kolo's ports can join or disrupt it");
+  }
   std::shared_ptr<Store> base = options_.store;
   if (!base && options_.size > 1) {
     if (options_.secret.empty()) {

@@ -64,6 +64,21 @@ else
   failed=$((failed + 1))
 fi
 
+# Multi-host and launcher-engine tests (root: network namespaces, sshd,
+# mpirun, torchrun, Slurm-style); outside Bazel by design.
+echo "=== tests/multihost/run.sh (namespaces, sshd, mpirun, torchrun, Slurm) ==="
+mh_log=$(mktemp)
+timeout 600 tests/multihost/run.sh 2>&1 | tee "$mh_log"
+mh_status=${PIPESTATUS[0]}
+passed=$((passed + $(grep -c '^PASSED multihost/' "$mh_log" || true)))
+failed=$((failed + $(grep -c '^FAILED multihost/' "$mh_log" || true)))
+skipped=$((skipped + $(grep -c '^SKIPPED multihost/' "$mh_log" || true)))
+if [ "$mh_status" -ne 0 ] && ! grep -q '^FAILED multihost/' "$mh_log"; then
+  echo "FAILED tests/multihost/run.sh (exit status $mh_status)"
+  failed=$((failed + 1))
+fi
+rm -f "$mh_log"
+
 if [ "$skipped" -gt 0 ]; then
   echo "$passed passed, $failed failed, $skipped skipped"
 else

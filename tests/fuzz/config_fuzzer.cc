@@ -17,7 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (name == "KOLO_SECRET_FILE") continue;
     env[name] = std::string(line.substr(eq + 1));
   }
-  auto options = kolo::ParseOptions(env);
+  kolo::ParseSettings settings;
+  settings.resolve_names = false;  // numeric addresses only: no DNS queries
+  auto options = kolo::ParseOptions(env, settings);
   if (options.ok()) (void)kolo::ValidateOptions(*options);
   return 0;
 }

@@ -65,9 +65,14 @@ int main(int argc, char** argv) {
   // running job.
   req.name = "fault/warmup";
   absl::Status s = (*rt)->Allreduce(req)->Wait();
+  const std::string named = "rank " + std::to_string(fault_rank);
   if (!s.ok()) {
-    std::printf("unexpected error: %s\n", std::string(s.message()).c_str());
-    return 1;
+    // The faulty rank finished its part of the warm-up and failed while this
+    // rank was still in it: the error must name it all the same.
+    std::printf("rank %d error: %s\n", (*rt)->rank(), std::string(s.message()).c_str());
+    std::fflush(stdout);
+    (*rt)->Abort();
+    return std::string(s.message()).find(named) != std::string::npos ? 0 : 1;
   }
   if (rank == fault_rank) {
     std::fflush(stdout);
@@ -87,7 +92,6 @@ int main(int argc, char** argv) {
   s = work.ok() ? work->Wait() : work.status();
   std::printf("rank %d error: %s\n", rank, std::string(s.message()).c_str());
   std::fflush(stdout);
-  const std::string named = "rank " + std::to_string(fault_rank);
   const bool ok = !s.ok() && std::string(s.message()).find(named) != std::string::npos;
   (*rt)->Abort();
   return ok ? 0 : 1;

@@ -1,8 +1,19 @@
 #include "tools/kolorun/args.h"
 
-#include <cmath>
-#include <functional>
+#include <errno.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -15,12 +26,14 @@ absl::Status Invalid(absl::string_view message) {
   return absl::InvalidArgumentError(message);
 }
 
-absl::Status ParseNumProc(absl::string_view flag, absl::string_view value,
-                          int* out) {
+absl::Status ParsePositive(absl::string_view flag, absl::string_view value,
+                           int max_value, int* out) {
   int n;
-  if (!absl::SimpleAtoi(value, &n) || n < 1) {
-    return Invalid(
-        absl::StrCat(flag, " expects a positive integer, got \"", value, "\""));
+  if (!absl::SimpleAtoi(value, &n) || n < 1 || n > max_value) {
+    return Invalid(absl::StrCat(
+        flag, " expects a positive integer",
+        max_value < (1 << 30) ? absl::StrCat(" up to ", max_value) : "",
+        ", got \"", value, "\""));
   }
   *out = n;
   return absl::OkStatus();
@@ -39,11 +52,83 @@ absl::Status ParseSeconds(absl::string_view flag, absl::string_view value,
   return absl::OkStatus();
 }
 
+absl::Status ParseNonEmpty(absl::string_view flag, absl::string_view value,
+                           std::string* out) {
+  if (value.empty()) return Invalid(absl::StrCat(flag, " needs a value"));
+  *out = std::string(value);
+  return absl::OkStatus();
+}
+
+// Variables whose values kolorun itself gives each worker.
+bool IsJobVariable(absl::string_view name) {
+  static const std::set<absl::string_view> kJob = {"KOLO_RANK",
+                                                   "KOLO_SIZE",
+                                                   "KOLO_LOCAL_RANK",
+                                                   "KOLO_LOCAL_SIZE",
+                                                   "KOLO_CROSS_RANK",
+                                                   "KOLO_CROSS_SIZE",
+                                                   "KOLO_RENDEZVOUS_ADDR",
+                                                   "KOLO_RENDEZVOUS_PORT",
+                                                   "KOLO_SECRET_FILE",
+                                                   "KOLO_SECRET"};
+  return kJob.count(name) > 0;
+}
+
+absl::Status ParseForwarded(absl::string_view value,
+                            std::vector<ForwardedVariable>* out) {
+  ForwardedVariable variable;
+  const size_t eq = value.find('=');
+  variable.name = std::string(value.substr(0, eq));
+  if (eq != absl::string_view::npos) {
+    variable.has_value = true;
+    variable.value = std::string(value.substr(eq + 1));
+  }
+  const std::string& name = variable.name;
+  const bool valid = !name.empty() && !absl::ascii_isdigit(name[0]) &&
+                     std::all_of(name.begin(), name.end(), [](char c) {
+                       return absl::ascii_isalnum(c) || c == '_';
+                     });
+  if (!valid) {
+    return Invalid(
+        absl::StrCat("-x expects NAME or NAME=value with a "
+                     "variable name of letters, digits and '_', "
+                     "got \"",
+                     value, "\""));
+  }
+  if (IsJobVariable(name)) {
+    return Invalid(absl::StrCat(
+        "-x ", name, ": kolorun sets ", name,
+        " itself (the job secret travels only in a private file)"));
+  }
+  if (!variable.has_value && getenv(name.c_str()) == nullptr) {
+    return Invalid(absl::StrCat("-x ", name, ": ", name,
+                                " is not set in kolorun's environment (use -x ",
+                                name, "=value)"));
+  }
+  out->push_back(std::move(variable));
+  return absl::OkStatus();
+}
+
+absl::Status ParseLogLevel(absl::string_view value, std::string* out) {
+  const std::string lower = absl::AsciiStrToLower(value);
+  for (const char* level :
+       {"trace", "debug", "info", "warning", "error", "fatal"}) {
+    if (lower == level) {
+      *out = lower;
+      return absl::OkStatus();
+    }
+  }
+  return Invalid(absl::StrCat(
+      "--log-level expects trace, debug, info, warning, error or fatal, got \"",
+      value, "\""));
+}
+
 }  // namespace
 
 absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   LaunchOptions options;
   bool have_num_proc = false;
+  bool have_host_list = false;
   size_t i = 0;
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -61,6 +146,11 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
       options.verbose = true;
       continue;
     }
+    if (arg == "--prefix-timestamp" ||
+        arg == "--prefix-output-with-timestamp") {
+      options.prefix_timestamp = true;
+      continue;
+    }
 
     // Options that take a value, as `--flag value` or `--flag=value`.
     absl::string_view name = arg;
@@ -75,7 +165,49 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
     if (name == "-np" || name == "--num-proc") {
       apply = [&, name](absl::string_view v) {
         have_num_proc = true;
-        return ParseNumProc(name, v, &options.num_proc);
+        return ParsePositive(name, v, 1 << 30, &options.num_proc);
+      };
+    } else if (name == "-H" || name == "--hosts") {
+      apply = [&, name](absl::string_view v) -> absl::Status {
+        absl::StatusOr<std::vector<HostSlots>> hosts = ParseHostList(v);
+        if (!hosts.ok()) {
+          return Invalid(absl::StrCat(name, ": ", hosts.status().message()));
+        }
+        have_host_list = true;
+        options.hosts = *std::move(hosts);
+        return absl::OkStatus();
+      };
+    } else if (name == "--hostfile" || name == "-hostfile") {
+      apply = [&, name](absl::string_view v) {
+        return ParseNonEmpty(name, v, &options.hostfile);
+      };
+    } else if (name == "-p" || name == "--ssh-port") {
+      apply = [&, name](absl::string_view v) {
+        return ParsePositive(name, v, 65535, &options.ssh_port);
+      };
+    } else if (name == "-i" || name == "--ssh-identity-file") {
+      apply = [&, name](absl::string_view v) {
+        return ParseNonEmpty(name, v, &options.ssh_identity_file);
+      };
+    } else if (name == "--ssh-config") {
+      apply = [&, name](absl::string_view v) {
+        return ParseNonEmpty(name, v, &options.ssh_config);
+      };
+    } else if (name == "--network-interface") {
+      apply = [&, name](absl::string_view v) {
+        return ParseNonEmpty(name, v, &options.network_interface);
+      };
+    } else if (name == "-x") {
+      apply = [&](absl::string_view v) {
+        return ParseForwarded(v, &options.forwarded);
+      };
+    } else if (name == "--output-filename") {
+      apply = [&, name](absl::string_view v) {
+        return ParseNonEmpty(name, v, &options.output_dir);
+      };
+    } else if (name == "--log-level") {
+      apply = [&](absl::string_view v) {
+        return ParseLogLevel(v, &options.log_level);
       };
     } else if (name == "--start-timeout") {
       apply = [&, name](absl::string_view v) {
@@ -102,6 +234,9 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   if (!have_num_proc) {
     return Invalid("the number of workers is required: -np N");
   }
+  if (have_host_list && !options.hostfile.empty()) {
+    return Invalid("-H and --hostfile both list hosts: use one of them");
+  }
   options.command.assign(args.begin() + i, args.end());
   if (options.command.empty()) {
     return Invalid(
@@ -110,23 +245,78 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   return options;
 }
 
+absl::Status LoadFiles(LaunchOptions* options) {
+  for (const auto& [flag, path] :
+       {std::make_pair("--ssh-config", &options->ssh_config),
+        std::make_pair("--ssh-identity-file", &options->ssh_identity_file),
+        std::make_pair("--hostfile", &options->hostfile)}) {
+    if (!path->empty() && access(path->c_str(), R_OK) != 0) {
+      return Invalid(
+          absl::StrCat(flag, " ", *path, ": ", std::strerror(errno)));
+    }
+  }
+  if (options->hostfile.empty()) return absl::OkStatus();
+  std::ifstream in(options->hostfile);
+  std::stringstream content;
+  content << in.rdbuf();
+  if (!in) {
+    return Invalid(absl::StrCat("--hostfile ", options->hostfile,
+                                ": cannot read the file"));
+  }
+  absl::StatusOr<std::vector<HostSlots>> hosts =
+      ParseHostfile(content.str(), options->hostfile);
+  if (!hosts.ok()) return hosts.status();
+  options->hosts = *std::move(hosts);
+  return absl::OkStatus();
+}
+
 std::string Usage() {
   return R"(usage: kolorun -np N [options] [--] command [args...]
 
-Starts N local workers of one kolo job, each with KOLO_RANK, KOLO_SIZE and the
-rendezvous settings in its environment, and forwards their output prefixed
-with "[rank] ". kolorun's options end at the first positional argument or at
-"--"; everything after is the worker command.
+Starts N workers of one kolo job, on this machine or on several hosts over
+ssh, each with KOLO_RANK, KOLO_SIZE, the placement and the rendezvous settings
+in its environment, and forwards their output prefixed with "[rank] ".
+kolorun's options end at the first positional argument or at "--";
+everything after is the worker command.
 
 options:
   -np N, --num-proc N       number of workers to start (required, >= 1)
+  -H, --hosts LIST          hosts and their slots, e.g. "host1:2,host2:2"
+                            (":N" left out: 1 slot); ranks fill the hosts in
+                            order (default: every worker on this machine)
+  --hostfile FILE           hosts from a file: one "host slots=N" per line,
+                            '#' starts a comment (instead of -H)
+  -p, --ssh-port PORT       ssh port of the remote hosts (default: ssh's)
+  -i, --ssh-identity-file FILE
+                            private key for ssh (passed to ssh as -i)
+  --ssh-config FILE         ssh configuration file (passed to ssh as -F):
+                            host names, users, keys, known_hosts
+  --network-interface NAME  interface whose IPv4 address the rendezvous store
+                            and every worker's listeners bind to; workers get
+                            KOLO_IFACE=NAME (default: loopback on one machine,
+                            else the address that routes to the first remote
+                            host, and workers pick theirs the same way)
+  -x NAME[=VALUE]           set NAME for every worker: to VALUE, or to
+                            kolorun's own value (repeatable)
+  --output-filename DIR     also write each rank's output to DIR/rank.<N>.log
+  --prefix-timestamp        prefix each output line with the UTC time
+  --log-level LEVEL         KOLO_LOG_LEVEL of the workers: trace, debug,
+                            info, warning, error or fatal
   --start-timeout SECONDS   time every rank has to join the rendezvous before
                             the job is torn down (default 60); exported as
                             KOLO_START_TIMEOUT unless that is already set
   --grace-period SECONDS    time between SIGTERM and SIGKILL when tearing the
                             workers down (default 5)
-  --verbose                 print the command, N and the store port to stderr
+  --verbose                 print the command, the placement and the store
+                            address to stderr
   -h, --help                print this help and exit
+
+Remote workers start through `ssh -o BatchMode=yes HOST` (host keys are
+checked) in the same directory and with the same paths as here, under
+kolo_rank_guard (installed next to kolorun), which ends them when the ssh
+connection closes. They get KOLO_* (the job's and kolorun's own), PATH,
+LD_LIBRARY_PATH, OMP_NUM_THREADS and the -x variables; the job secret
+travels on ssh's standard input, never on a command line.
 
 exit status: 0 when every worker exits 0; 1 when a worker fails or a rank
 does not join in time; 2 for a usage error; 128+n after signal n (130 for

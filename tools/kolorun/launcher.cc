@@ -2,24 +2,24 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <climits>
 #include <cstring>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/rendezvous/tcp_store.h"
 #include "tools/kolorun/process.h"
+#include "tools/kolorun/remote.h"
 #include "tools/kolorun/secret_file.h"
 
 extern char** environ;
@@ -32,28 +32,9 @@ namespace {
 // before giving up on them (a process in uninterruptible sleep dies only
 // when it leaves it; PR_SET_PDEATHSIG still covers the workers then).
 constexpr absl::Duration kReapAfterKill = absl::Seconds(2);
-
-std::string ShellQuote(const std::string& arg) {
-  const bool plain =
-      !arg.empty() && std::all_of(arg.begin(), arg.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) ||
-               std::strchr("@%+=:,./_-", c) != nullptr;
-      });
-  if (plain) return arg;
-  std::string quoted = "'";
-  for (char c : arg) {
-    if (c == '\'') {
-      quoted += "'\\''";
-    } else {
-      quoted += c;
-    }
-  }
-  return quoted + "'";
-}
-
-std::string EnvName(const std::string& entry) {
-  return entry.substr(0, entry.find('='));
-}
+// A guard SIGKILLs its rank when the grace period ends, as kolorun does its
+// local ranks; kolorun gives it this long to report before it kills ssh.
+constexpr absl::Duration kGuardSlack = absl::Seconds(3);
 
 int PollTimeoutMs(absl::Time deadline) {
   if (deadline == absl::InfiniteFuture()) return -1;
@@ -66,60 +47,15 @@ int PollTimeoutMs(absl::Time deadline) {
 
 }  // namespace
 
-std::vector<std::string> WorkerEnvironment(
-    const std::vector<std::string>& inherited, const LaunchOptions& options,
-    int rank, int store_port, const std::string& secret_path, int cpus) {
-  const std::vector<std::pair<std::string, std::string>> job = {
-      {"KOLO_RANK", absl::StrCat(rank)},
-      {"KOLO_SIZE", absl::StrCat(options.num_proc)},
-      {"KOLO_LOCAL_RANK", absl::StrCat(rank)},
-      {"KOLO_LOCAL_SIZE", absl::StrCat(options.num_proc)},
-      {"KOLO_CROSS_RANK", "0"},
-      {"KOLO_CROSS_SIZE", "1"},
-      {"KOLO_RENDEZVOUS_ADDR", "127.0.0.1"},
-      {"KOLO_RENDEZVOUS_PORT", absl::StrCat(store_port)},
-      {"KOLO_SECRET_FILE", secret_path},
-  };
-  // Replaced by the job's values; KOLO_SECRET never reaches a worker: the
-  // secret travels only through the file.
-  std::set<std::string> dropped = {"KOLO_SECRET"};
-  for (const auto& [name, value] : job) dropped.insert(name);
+Launcher::Launcher(LaunchOptions options, JobPlan plan)
+    : options_(std::move(options)), plan_(std::move(plan)) {}
 
-  std::vector<std::string> env;
-  bool has_start_timeout = false;
-  bool has_omp_threads = false;
-  for (const std::string& entry : inherited) {
-    const std::string name = EnvName(entry);
-    if (dropped.count(name)) continue;
-    has_start_timeout |= name == "KOLO_START_TIMEOUT";
-    has_omp_threads |= name == "OMP_NUM_THREADS";
-    env.push_back(entry);
+Launcher::~Launcher() {
+  for (Worker& worker : workers_) {
+    if (worker.stdin_fd >= 0) close(worker.stdin_fd);
+    if (worker.log_fd >= 0) close(worker.log_fd);
   }
-  for (const auto& [name, value] : job)
-    env.push_back(absl::StrCat(name, "=", value));
-  if (!has_start_timeout) {
-    env.push_back(absl::StrCat("KOLO_START_TIMEOUT=",
-                               FormatSeconds(options.start_timeout)));
-  }
-  if (!has_omp_threads) {
-    env.push_back(
-        absl::StrCat("OMP_NUM_THREADS=", std::max(1, cpus / options.num_proc)));
-  }
-  return env;
 }
-
-int AvailableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    return std::max(1, CPU_COUNT(&set));
-  }
-  return std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-}
-
-Launcher::Launcher(LaunchOptions options) : options_(std::move(options)) {}
-
-Launcher::~Launcher() = default;
 
 void Launcher::Log(const std::string& message) const {
   WriteFully(STDERR_FILENO, absl::StrCat(message, "\n"));
@@ -138,14 +74,21 @@ int Launcher::Run() {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   const std::string secret = net::GenerateSecret();
+  status_token_ = net::GenerateSecret().substr(0, 16);
   absl::StatusOr<std::unique_ptr<SecretFile>> secret_file =
       SecretFile::Create(secret);
   if (!secret_file.ok()) {
     Log(absl::StrCat("kolorun: ", secret_file.status().message()));
     return 1;
   }
+  if (!options_.output_dir.empty() &&
+      mkdir(options_.output_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    Log(absl::StrCat("kolorun: cannot create --output-filename directory ",
+                     options_.output_dir, ": ", std::strerror(errno)));
+    return 1;
+  }
   absl::StatusOr<std::unique_ptr<rendezvous::TcpStoreServer>> server =
-      rendezvous::TcpStoreServer::Start("127.0.0.1", 0, secret);
+      rendezvous::TcpStoreServer::Start(plan_.store_addr, 0, secret);
   if (!server.ok()) {
     Log(absl::StrCat("kolorun: cannot start the rendezvous store: ",
                      server.status().message()));
@@ -160,14 +103,21 @@ int Launcher::Run() {
     Log(absl::StrCat("kolorun: starting ", options_.num_proc, " worker",
                      options_.num_proc == 1 ? "" : "s", ": ",
                      absl::StrJoin(quoted, " ")));
-    Log(absl::StrCat("kolorun: rendezvous store on 127.0.0.1:", port,
-                     ", start timeout ", FormatSeconds(options_.start_timeout),
-                     " s, grace period ", FormatSeconds(options_.grace_period),
-                     " s"));
+    for (size_t i = 0; i < plan_.ranks.size();) {
+      const RankPlacement& first = plan_.ranks[i];
+      i += first.local_size;
+      Log(absl::StrCat("kolorun: host ", first.cross_rank, " ", first.host,
+                       first.remote ? " (ssh)" : " (local)", ": ranks ",
+                       first.rank, "-", first.rank + first.local_size - 1));
+    }
+    Log(absl::StrCat("kolorun: rendezvous store on ", plan_.store_addr, ":",
+                     port, " (", plan_.store_addr_reason, "), start timeout ",
+                     FormatSeconds(options_.start_timeout), " s, grace period ",
+                     FormatSeconds(options_.grace_period), " s"));
   }
 
   start_deadline_ = absl::Now() + options_.start_timeout;
-  SpawnAll(port, (*secret_file)->path());
+  SpawnAll(port, secret, (*secret_file)->path());
   EventLoop();
 
   for (Worker& worker : workers_) {
@@ -181,63 +131,159 @@ int Launcher::Run() {
   return exit_code_;  // ~SecretFile removes the file.
 }
 
-void Launcher::SpawnAll(int store_port, const std::string& secret_path) {
+void Launcher::SpawnAll(int store_port, const std::string& secret,
+                        const std::string& secret_path) {
   const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   std::vector<std::string> inherited;
   for (char** entry = environ; entry && *entry; ++entry)
     inherited.push_back(*entry);
-  const int cpus = AvailableCpus();
-
-  workers_.reserve(options_.num_proc);
-  for (int rank = 0; rank < options_.num_proc && !failed_; ++rank) {
-    int out_pipe[2], err_pipe[2];
-    if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-      Fail(absl::StrCat("kolorun: cannot start rank ", rank,
-                        ": pipe: ", std::strerror(errno)),
-           1);
-      break;
-    }
-    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-      Fail(absl::StrCat("kolorun: cannot start rank ", rank,
-                        ": pipe: ", std::strerror(errno)),
-           1);
-      close(out_pipe[0]);
-      close(out_pipe[1]);
-      break;
-    }
-    WorkerLaunch launch;
-    launch.argv = options_.command;
-    launch.env = WorkerEnvironment(inherited, options_, rank, store_port,
-                                   secret_path, cpus);
-    // Workers run in their own process groups, outside the terminal's
-    // foreground group: reading a terminal would stop them (SIGTTIN).
-    launch.stdin_fd = dev_null >= 0 ? dev_null : out_pipe[0];
-    launch.stdout_fd = out_pipe[1];
-    launch.stderr_fd = err_pipe[1];
-    const SpawnResult spawned = SpawnWorker(launch, *signals_);
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-
-    Worker worker;
-    worker.rank = rank;
-    worker.pid = spawned.pid;
-    worker.running = spawned.pid > 0;
-    worker.out =
-        std::make_unique<LineForwarder>(rank, out_pipe[0], STDOUT_FILENO);
-    worker.err =
-        std::make_unique<LineForwarder>(rank, err_pipe[0], STDERR_FILENO);
-    if (worker.running) worker_by_pid_[worker.pid] = workers_.size();
-    workers_.push_back(std::move(worker));
-
-    if (!spawned.status.ok()) {
-      Fail(absl::StrCat(
-               "kolorun: rank ", rank,
-               spawned.pid > 0 ? absl::StrCat(" (pid ", spawned.pid, ")") : "",
-               ": ", spawned.status.message()),
-           1);
-    }
+  workers_.reserve(plan_.ranks.size());
+  for (const RankPlacement& placement : plan_.ranks) {
+    RankEndpoint endpoint;
+    endpoint.placement = placement;
+    endpoint.store_addr = plan_.store_addr;
+    endpoint.store_port = store_port;
+    endpoint.secret_path = secret_path;
+    if (!Spawn(endpoint, secret, inherited, dev_null)) break;
   }
   if (dev_null >= 0) close(dev_null);
+}
+
+namespace {
+
+// A pipe for a remote rank's standard input, holding `request` already.
+// Returns the read end (for ssh) in fds[0] and the write end in fds[1].
+absl::Status RequestPipe(const std::string& request, int fds[2]) {
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    fds[0] = fds[1] = -1;
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
+  // The whole request must fit, so that writing it never waits for ssh.
+  fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);
+  const int capacity = fcntl(fds[1], F_GETPIPE_SZ);
+  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  if (capacity < static_cast<int>(request.size()) ||
+      write(fds[1], request.data(), request.size()) !=
+          static_cast<ssize_t>(request.size())) {
+    close(fds[0]);
+    close(fds[1]);
+    fds[0] = fds[1] = -1;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the environment for the remote rank is too large (",
+                     request.size(), " bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
+                     const std::vector<std::string>& inherited, int dev_null) {
+  const RankPlacement& placement = endpoint.placement;
+  const int rank = placement.rank;
+  const std::string where =
+      plan_.multi_host ? absl::StrCat(" on ", placement.host) : "";
+  Worker worker;
+  worker.placement = placement;
+  if (!options_.output_dir.empty()) {
+    const std::string path =
+        absl::StrCat(options_.output_dir, "/rank.", rank, ".log");
+    worker.log_fd =
+        open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
+             0644);
+    if (worker.log_fd < 0) {
+      Fail(absl::StrCat("kolorun: cannot open ", path, ": ",
+                        std::strerror(errno)),
+           1);
+      return false;
+    }
+  }
+  int out_pipe[2], err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+    Fail(absl::StrCat("kolorun: cannot start rank ", rank, where,
+                      ": pipe: ", std::strerror(errno)),
+         1);
+    if (worker.log_fd >= 0) close(worker.log_fd);
+    return false;
+  }
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    Fail(absl::StrCat("kolorun: cannot start rank ", rank, where,
+                      ": pipe: ", std::strerror(errno)),
+         1);
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    if (worker.log_fd >= 0) close(worker.log_fd);
+    return false;
+  }
+  WorkerLaunch launch;
+  // Workers run in their own process groups, outside the terminal's
+  // foreground group: reading a terminal would stop them (SIGTTIN).
+  launch.stdin_fd = dev_null >= 0 ? dev_null : out_pipe[0];
+  launch.stdout_fd = out_pipe[1];
+  launch.stderr_fd = err_pipe[1];
+  int request_pipe[2] = {-1, -1};
+  absl::Status prepared;
+  if (placement.remote) {
+    GuardRequest request;
+    char cwd[PATH_MAX];
+    request.cwd = getcwd(cwd, sizeof(cwd)) ? cwd : "";
+    request.env = RemoteWorkerEnvironment(inherited, options_, endpoint);
+    request.secret = secret;
+    request.status_token = status_token_;
+    request.grace_period = options_.grace_period;
+    prepared = RequestPipe(EncodeGuardRequest(request), request_pipe);
+    launch.argv = SshCommand(options_, placement.host, rank, plan_.guard_path);
+    launch.stdin_fd = request_pipe[0];
+    // ssh itself runs with kolorun's environment (its agent, HOME, PATH).
+    for (const std::string& entry : inherited) {
+      if (entry.rfind("KOLO_SECRET", 0) != 0) launch.env.push_back(entry);
+    }
+  } else {
+    launch.argv = options_.command;
+    launch.env =
+        WorkerEnvironment(inherited, options_, endpoint, AvailableCpus());
+  }
+  SpawnResult spawned;
+  if (prepared.ok()) {
+    spawned = SpawnWorker(launch, *signals_);
+  } else {
+    spawned.status = prepared;
+  }
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (request_pipe[0] >= 0) close(request_pipe[0]);
+  worker.stdin_fd = request_pipe[1];
+
+  worker.pid = spawned.pid;
+  worker.running = spawned.pid > 0;
+  ForwardOptions forward;
+  forward.timestamps = options_.prefix_timestamp;
+  forward.log_fd = worker.log_fd;
+  worker.out = std::make_unique<LineForwarder>(rank, out_pipe[0], STDOUT_FILENO,
+                                               forward);
+  if (placement.remote) {
+    const size_t index = workers_.size();
+    forward.status_marker = GuardStatusMarker(status_token_);
+    forward.on_status = [this, index](const std::string& rest) {
+      Worker& w = workers_[index];
+      w.status_known =
+          ParseGuardStatus(rest, &w.remote_pid, &w.remote_wait_status);
+    };
+  }
+  worker.err = std::make_unique<LineForwarder>(rank, err_pipe[0], STDERR_FILENO,
+                                               forward);
+  if (worker.running) worker_by_pid_[worker.pid] = workers_.size();
+  workers_.push_back(std::move(worker));
+
+  if (!spawned.status.ok()) {
+    Fail(absl::StrCat(
+             "kolorun: rank ", rank, where,
+             spawned.pid > 0 ? absl::StrCat(" (pid ", spawned.pid, ")") : "",
+             ": ", spawned.status.message()),
+         1);
+    return false;
+  }
+  return true;
 }
 
 void Launcher::EventLoop() {
@@ -272,7 +318,9 @@ void Launcher::EventLoop() {
         poll(fds.data(), fds.size(), PollTimeoutMs(NextDeadline()));
     if (ready < 0 && errno != EINTR) {
       Fail(absl::StrCat("kolorun: poll failed: ", std::strerror(errno)), 1);
-      if (phase_ == Phase::kTerminating) KillRemaining();
+      if (phase_ == Phase::kTerminating) {
+        KillRemaining(/*wait_for_guards=*/false);
+      }
     }
     if (ready > 0) {
       for (size_t i = 1; i < fds.size(); ++i) {
@@ -285,7 +333,10 @@ void Launcher::EventLoop() {
 
     const absl::Time now = absl::Now();
     if (phase_ == Phase::kRunning && now >= start_deadline_) OnStartDeadline();
-    if (phase_ == Phase::kTerminating && now >= kill_deadline_) KillRemaining();
+    if (phase_ == Phase::kTerminating && now >= kill_deadline_) {
+      KillRemaining(/*wait_for_guards=*/true);
+    }
+    if (phase_ == Phase::kKilling && now >= ssh_kill_deadline_) KillSsh();
   }
 }
 
@@ -296,7 +347,7 @@ absl::Time Launcher::NextDeadline() const {
     case Phase::kTerminating:
       return kill_deadline_;
     case Phase::kKilling:
-      return give_up_deadline_;
+      return std::min(give_up_deadline_, ssh_kill_deadline_);
   }
   return absl::InfiniteFuture();
 }
@@ -315,11 +366,45 @@ void Launcher::OnSignal(int signo) {
     case Phase::kTerminating:
       Log(absl::StrCat("kolorun: received ", SignalName(signo),
                        " again, killing the workers"));
-      KillRemaining();
+      KillRemaining(/*wait_for_guards=*/false);
       break;
     case Phase::kKilling:
+      KillSsh();
       break;
   }
+}
+
+std::string Launcher::Name(const Worker& worker, pid_t pid) const {
+  return absl::StrCat(
+      "rank ", worker.placement.rank,
+      plan_.multi_host ? absl::StrCat(" on ", worker.placement.host) : "",
+      pid > 0 ? absl::StrCat(" (pid ", pid, ")") : "");
+}
+
+std::string Launcher::DescribeEnd(const Worker& worker, int wait_status,
+                                  bool* success) const {
+  if (!worker.placement.remote) {
+    *success = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
+    return absl::StrCat(Name(worker, worker.pid), " ",
+                        DescribeWaitStatus(wait_status));
+  }
+  if (worker.status_known) {
+    *success = WIFEXITED(worker.remote_wait_status) &&
+               WEXITSTATUS(worker.remote_wait_status) == 0;
+    return absl::StrCat(Name(worker, worker.remote_pid), " ",
+                        DescribeWaitStatus(worker.remote_wait_status));
+  }
+  // No word from the guard: ssh failed, or the guard could not start the
+  // rank (its own message is printed above).
+  *success = false;
+  if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 255) {
+    return absl::StrCat(Name(worker, -1), ": ssh to ", worker.placement.host,
+                        " (pid ", worker.pid,
+                        ") failed with exit status 255; see its message above");
+  }
+  return absl::StrCat(Name(worker, -1), ": ssh (pid ", worker.pid, ") ",
+                      DescribeWaitStatus(wait_status),
+                      " without a status from kolo_rank_guard");
 }
 
 void Launcher::ReapChildren() {
@@ -332,16 +417,19 @@ void Launcher::ReapChildren() {
     if (it == worker_by_pid_.end()) continue;  // A re-parented orphan.
     Worker& worker = workers_[it->second];
     worker.running = false;
-    // Everything the worker wrote is in its pipes now: print it before its
-    // exit status.
+    if (worker.stdin_fd >= 0) {
+      close(worker.stdin_fd);
+      worker.stdin_fd = -1;
+    }
+    // Everything the worker (or ssh, with the guard's status line) wrote is
+    // in its pipes now: print it before its exit status.
     for (LineForwarder* stream : {worker.out.get(), worker.err.get()}) {
       stream->ReadAvailable();
       stream->FlushPartialLine();
     }
-    const bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    bool success = false;
     const std::string what =
-        absl::StrCat("kolorun: rank ", worker.rank, " (pid ", pid, ") ",
-                     DescribeWaitStatus(status));
+        absl::StrCat("kolorun: ", DescribeEnd(worker, status, &success));
     if (!success && phase_ == Phase::kRunning) {
       Fail(what, 1);
     } else if (options_.verbose) {
@@ -352,11 +440,15 @@ void Launcher::ReapChildren() {
 
 void Launcher::OnStartDeadline() {
   start_deadline_ = absl::InfiniteFuture();
-  std::vector<int> missing;
+  std::vector<std::string> missing;
   for (const Worker& worker : workers_) {
     absl::StatusOr<bool> ready =
-        store_->Check(absl::StrCat("kolo/ready/", worker.rank));
-    if (!ready.ok() || !*ready) missing.push_back(worker.rank);
+        store_->Check(absl::StrCat("kolo/ready/", worker.placement.rank));
+    if (!ready.ok() || !*ready) {
+      missing.push_back(absl::StrCat(
+          worker.placement.rank,
+          plan_.multi_host ? absl::StrCat(" on ", worker.placement.host) : ""));
+    }
   }
   if (missing.empty()) {
     if (options_.verbose) {
@@ -395,20 +487,55 @@ void SignalWorker(pid_t pid, bool running, int signo) {
 void Launcher::BeginTeardown() {
   phase_ = Phase::kTerminating;
   start_deadline_ = absl::InfiniteFuture();
-  for (const Worker& worker : workers_) {
+  for (Worker& worker : workers_) {
+    if (worker.placement.remote) {
+      // The guard sees its standard input close and ends the rank: SIGTERM,
+      // then SIGKILL after the same grace period (Note [Remote ranks]).
+      if (worker.stdin_fd >= 0) {
+        close(worker.stdin_fd);
+        worker.stdin_fd = -1;
+      }
+      continue;
+    }
     SignalWorker(worker.pid, worker.running, SIGTERM);
     // A stopped process acts on SIGTERM only once continued.
     SignalWorker(worker.pid, worker.running, SIGCONT);
   }
   kill_deadline_ = absl::Now() + options_.grace_period;
-  if (options_.grace_period <= absl::ZeroDuration()) KillRemaining();
+  if (options_.grace_period <= absl::ZeroDuration()) {
+    KillRemaining(/*wait_for_guards=*/true);
+  }
 }
 
-void Launcher::KillRemaining() {
+void Launcher::KillRemaining(bool wait_for_guards) {
   phase_ = Phase::kKilling;
-  for (const Worker& worker : workers_) {
+  bool remote_running = false;
+  for (Worker& worker : workers_) {
+    if (worker.stdin_fd >= 0) {
+      close(worker.stdin_fd);
+      worker.stdin_fd = -1;
+    }
+    if (worker.placement.remote) {
+      remote_running |= worker.running;
+      continue;
+    }
     if (worker.running) {
-      Log(absl::StrCat("kolorun: rank ", worker.rank, " (pid ", worker.pid,
+      Log(absl::StrCat("kolorun: ", Name(worker, worker.pid),
+                       " is still running, sending SIGKILL"));
+    }
+    SignalWorker(worker.pid, worker.running, SIGKILL);
+  }
+  ssh_kill_deadline_ = absl::Now() + kGuardSlack;
+  give_up_deadline_ = ssh_kill_deadline_ + kReapAfterKill;
+  if (!wait_for_guards || !remote_running) KillSsh();
+}
+
+void Launcher::KillSsh() {
+  ssh_kill_deadline_ = absl::InfiniteFuture();
+  for (Worker& worker : workers_) {
+    if (!worker.placement.remote) continue;
+    if (worker.running) {
+      Log(absl::StrCat("kolorun: ", Name(worker, -1), ": ssh (pid ", worker.pid,
                        ") is still running, sending SIGKILL"));
     }
     SignalWorker(worker.pid, worker.running, SIGKILL);

@@ -1,24 +1,37 @@
-// Launcher: runs one local kolo job from start to teardown.
+// Launcher: runs one kolo job, on this machine or on several hosts, from
+// start to teardown.
 //
 // Note [Launcher lifecycle]
 // 1. A fresh job secret goes into a 0600 file (KOLO_SECRET_FILE); the
-//    rendezvous store (TcpStoreServer) listens on 127.0.0.1, port chosen by
-//    the kernel.
-// 2. N workers are forked, each in its own process group, with the KOLO_*
-//    environment of its rank and its stdout/stderr on pipes.
+//    rendezvous store (TcpStoreServer) listens on the job's store address
+//    (JobPlan: loopback for a job on this machine, else the address of
+//    --network-interface or the one that routes to the first remote host),
+//    port chosen by the kernel.
+// 2. N workers are started, each in its own process group, with the KOLO_*
+//    environment of its rank and its stdout/stderr on pipes: local ranks
+//    forked directly, remote ranks through ssh under kolo_rank_guard (Note
+//    [Remote ranks] in remote.h), whose standard input is a pipe kolorun
+//    holds open.
 // 3. One poll() loop waits on every output pipe, a self-pipe carrying
 //    SIGCHLD/SIGINT/SIGTERM/SIGHUP/SIGQUIT, and the next deadline: the start
 //    timeout (every rank must have set `kolo/ready/<rank>` in the store by
 //    then), or during teardown the end of the grace period. Nothing sleeps.
-// 4. The first failure (a worker that exits non-zero or by a signal, a missing
-//    rank at the start timeout, or a signal to kolorun) is reported once and
-//    starts the teardown: SIGTERM (and SIGCONT, for stopped workers) to every
-//    worker's process group, SIGKILL to whatever is left after the grace
-//    period; a second SIGINT/SIGTERM skips the rest of the grace period.
-//    kolorun is a child subreaper, so that processes the workers started are
-//    reaped by it too; the job ends when every process group is empty.
+// 4. The first failure (a worker that exits non-zero or by a signal, on any
+//    host; ssh failing; a missing rank at the start timeout; a signal to
+//    kolorun) is reported once, naming host, rank and exit status, and starts
+//    the teardown: SIGTERM (and SIGCONT, for stopped workers) to every local
+//    worker's process group, and for remote ranks kolorun closes the guard's
+//    standard input, upon which the guard does the same on its host; SIGKILL
+//    to whatever is left after the grace period (for remote ranks: to ssh,
+//    whose death ends the guard's wait too); a second SIGINT/SIGTERM skips
+//    the rest of the grace period. kolorun is a child subreaper, so that
+//    processes the workers started are reaped by it too; the job ends when
+//    every process group is empty.
 // 5. The store stops, the secret file is removed, and kolorun exits: 0 if
 //    every worker exited 0, 1 after a failure, 128+n after signal n.
+// If kolorun itself is killed (kill -9), local workers and ssh get SIGKILL
+// (PR_SET_PDEATHSIG); the guards see their standard input close and end the
+// remote ranks.
 //
 // Thread safety: Run() is called once, from the main thread (signal
 // dispositions are process-wide).
@@ -32,28 +45,21 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kolo/store.h"
 #include "tools/kolorun/args.h"
+#include "tools/kolorun/hosts.h"
+#include "tools/kolorun/job.h"
 #include "tools/kolorun/output.h"
 #include "tools/kolorun/signals.h"
 
 namespace kolo {
 namespace kolorun {
 
-// The environment of worker `rank`: `inherited` ("NAME=value" entries)
-// without KOLO_SECRET, plus the KOLO_* variables of Note [Launcher lifecycle]
-// and OMP_NUM_THREADS = max(1, cpus / num_proc) unless already set.
-std::vector<std::string> WorkerEnvironment(
-    const std::vector<std::string>& inherited, const LaunchOptions& options,
-    int rank, int store_port, const std::string& secret_path, int cpus);
-
-// CPUs this process may run on (its affinity mask).
-int AvailableCpus();
-
 class Launcher {
  public:
-  explicit Launcher(LaunchOptions options);
+  Launcher(LaunchOptions options, JobPlan plan);
   ~Launcher();
   Launcher(const Launcher&) = delete;
   Launcher& operator=(const Launcher&) = delete;
@@ -64,16 +70,26 @@ class Launcher {
 
  private:
   struct Worker {
-    int rank = 0;
-    pid_t pid = -1;  // Also the process group id.
+    RankPlacement placement;
+    pid_t pid = -1;  // Also the process group id. ssh for remote ranks.
     bool running = false;
+    int stdin_fd = -1;  // Remote: the guard's standard input (ssh's).
+    // Remote: how the rank ended, from the guard's status line.
+    bool status_known = false;
+    pid_t remote_pid = -1;
+    int remote_wait_status = 0;
+    int log_fd = -1;  // --output-filename
     std::unique_ptr<LineForwarder> out;
     std::unique_ptr<LineForwarder> err;
   };
   enum class Phase { kRunning, kTerminating, kKilling };
 
   // Starts the workers; stops at (and reports) the first that cannot start.
-  void SpawnAll(int store_port, const std::string& secret_path);
+  void SpawnAll(int store_port, const std::string& secret,
+                const std::string& secret_path);
+  // Starts one worker; false (after Fail) if it could not be started.
+  bool Spawn(const RankEndpoint& endpoint, const std::string& secret,
+             const std::vector<std::string>& inherited, int dev_null);
   void EventLoop();
   void OnSignal(int signo);
   void ReapChildren();
@@ -82,14 +98,27 @@ class Launcher {
   // and starts the teardown.
   void Fail(const std::string& message, int exit_code);
   void BeginTeardown();
-  void KillRemaining();
+  // SIGKILL to the local workers; ssh of remote ranks gets it too, after
+  // kGuardSlack if `wait_for_guards` (the guards end their ranks themselves
+  // at the end of the grace period), else at once.
+  void KillRemaining(bool wait_for_guards);
+  // SIGKILL to the ssh of every remote rank still running.
+  void KillSsh();
   bool AllWorkersReaped() const;
   bool AnyProcessGroupAlive() const;
   absl::Time NextDeadline() const;
   void Log(const std::string& message) const;
+  // "rank 2 on hostB (pid 123)" / "rank 2 (pid 123)" for one-host jobs.
+  std::string Name(const Worker& worker, pid_t pid) const;
+  // How `worker` ended, given ssh's or the local worker's wait status;
+  // `*success` tells whether that is a clean exit.
+  std::string DescribeEnd(const Worker& worker, int wait_status,
+                          bool* success) const;
 
   const LaunchOptions options_;
+  const JobPlan plan_;
   std::unique_ptr<SignalPipe> signals_;
+  std::string status_token_;  // Names the guards' status lines.
   std::shared_ptr<Store> store_;
   std::vector<Worker> workers_;
   std::map<pid_t, size_t> worker_by_pid_;
@@ -99,6 +128,7 @@ class Launcher {
   bool failed_ = false;
   absl::Time start_deadline_ = absl::InfiniteFuture();
   absl::Time kill_deadline_ = absl::InfiniteFuture();
+  absl::Time ssh_kill_deadline_ = absl::InfiniteFuture();
   absl::Time give_up_deadline_ = absl::InfiniteFuture();
 };
 

@@ -1,5 +1,6 @@
-// kolorun: starts N local workers of one kolo job. See `kolorun --help` and
-// Note [Launcher lifecycle] in launcher.h.
+// kolorun: starts the N workers of one kolo job, on this machine or on
+// several hosts over ssh. See `kolorun --help`, Note [Launcher lifecycle] in
+// launcher.h and Note [Remote ranks] in remote.h.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "tools/kolorun/args.h"
+#include "tools/kolorun/job.h"
 #include "tools/kolorun/launcher.h"
 
 namespace {
@@ -23,6 +25,12 @@ void EnsureStandardDescriptors() {
   }
 }
 
+int UsageError(const absl::Status& status) {
+  std::fprintf(stderr, "kolorun: %s\nRun 'kolorun --help' for usage.\n",
+               std::string(status.message()).c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -30,15 +38,19 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<kolo::kolorun::LaunchOptions> options =
       kolo::kolorun::ParseArgs(args);
-  if (!options.ok()) {
-    std::fprintf(stderr, "kolorun: %s\nRun 'kolorun --help' for usage.\n",
-                 std::string(options.status().message()).c_str());
-    return 2;
-  }
+  if (!options.ok()) return UsageError(options.status());
   if (options->help) {
     std::fputs(kolo::kolorun::Usage().c_str(), stdout);
     return 0;
   }
-  kolo::kolorun::Launcher launcher(*std::move(options));
+  // Everything that can be wrong with the command line, the files it names
+  // and the hosts is found before anything starts.
+  if (absl::Status s = kolo::kolorun::LoadFiles(&*options); !s.ok()) {
+    return UsageError(s);
+  }
+  absl::StatusOr<kolo::kolorun::JobPlan> plan =
+      kolo::kolorun::PlanJob(*options);
+  if (!plan.ok()) return UsageError(plan.status());
+  kolo::kolorun::Launcher launcher(*std::move(options), *std::move(plan));
   return launcher.Run();
 }

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace kolo {
 namespace kolorun {
@@ -38,29 +40,60 @@ void WriteFully(int fd, const std::string& data) {
   }
 }
 
-LineForwarder::LineForwarder(int rank, int source_fd, int target_fd)
+LineForwarder::LineForwarder(int rank, int source_fd, int target_fd,
+                             ForwardOptions options)
     : prefix_(absl::StrCat("[", rank, "] ")),
       source_fd_(source_fd),
-      target_fd_(target_fd) {
+      target_fd_(target_fd),
+      options_(std::move(options)) {
   const int flags = fcntl(source_fd_, F_GETFL);
   if (flags >= 0) fcntl(source_fd_, F_SETFL, flags | O_NONBLOCK);
 }
 
 LineForwarder::~LineForwarder() { Close(); }
 
+void LineForwarder::EmitLine(absl::string_view line, std::string* out) {
+  if (!options_.status_marker.empty()) {
+    const size_t at = line.find(options_.status_marker);
+    if (at != absl::string_view::npos) {
+      if (at > 0) EmitLine(line.substr(0, at), out);
+      if (options_.on_status) {
+        options_.on_status(
+            std::string(line.substr(at + options_.status_marker.size())));
+      }
+      return;
+    }
+  }
+  std::string stamp;
+  if (options_.timestamps) {
+    stamp = absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                                          absl::UTCTimeZone()),
+                         " ");
+  }
+  absl::StrAppend(out, stamp, prefix_, line, "\n");
+  if (options_.log_fd >= 0) absl::StrAppend(&log_, stamp, line, "\n");
+}
+
+void LineForwarder::Write(std::string* out) {
+  WriteFully(target_fd_, *out);
+  out->clear();
+  if (options_.log_fd >= 0) WriteFully(options_.log_fd, log_);
+  log_.clear();
+}
+
 void LineForwarder::SplitLines(const char* data, size_t size,
                                std::string* out) {
   size_t start = 0;
   for (size_t i = 0; i < size; ++i) {
     if (data[i] != '\n') continue;
-    absl::StrAppend(out, prefix_, partial_,
-                    absl::string_view(data + start, i - start), "\n");
+    partial_.append(data + start, i - start);
+    EmitLine(partial_, out);
     partial_.clear();
     start = i + 1;
   }
   partial_.append(data + start, size - start);
   if (partial_.size() >= kMaxLineBytes) {
-    absl::StrAppend(out, prefix_, partial_, "\n");
+    EmitLine(partial_, out);
     partial_.clear();
   }
 }
@@ -74,26 +107,25 @@ void LineForwarder::ReadAvailable() {
     if (n > 0) {
       total += static_cast<size_t>(n);
       SplitLines(buffer, static_cast<size_t>(n), &out);
-      if (out.size() >= kMaxLineBytes) {
-        WriteFully(target_fd_, out);
-        out.clear();
-      }
+      if (out.size() >= kMaxLineBytes) Write(&out);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     // EOF or a read error: the stream is over.
-    WriteFully(target_fd_, out);
+    Write(&out);
     Close();
     return;
   }
-  WriteFully(target_fd_, out);
+  Write(&out);
 }
 
 void LineForwarder::FlushPartialLine() {
   if (partial_.empty()) return;
-  WriteFully(target_fd_, absl::StrCat(prefix_, partial_, "\n"));
+  std::string out;
+  EmitLine(partial_, &out);
   partial_.clear();
+  Write(&out);
 }
 
 void LineForwarder::Close() {

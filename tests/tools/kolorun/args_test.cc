@@ -1,5 +1,6 @@
 #include "tools/kolorun/args.h"
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,67 @@ TEST(ParseArgsTest, EveryOptionInBothSpellings) {
   EXPECT_EQ(options->start_timeout, absl::Seconds(10));
   EXPECT_EQ(options->grace_period, absl::Seconds(2));
   EXPECT_EQ(options->command, (Args{"x"}));
+}
+
+TEST(ParseArgsTest, MultiHostOptions) {
+  auto options = ParseArgs({"-np",
+                            "4",
+                            "-H",
+                            "hostA:2,hostB:2",
+                            "-p",
+                            "2222",
+                            "-i",
+                            "/keys/id",
+                            "--ssh-config",
+                            "/etc/kolo/ssh_config",
+                            "--network-interface",
+                            "eth1",
+                            "-x",
+                            "FOO=bar baz",
+                            "-x",
+                            "PATH",
+                            "-x",
+                            "EMPTY=",
+                            "--output-filename",
+                            "/tmp/logs",
+                            "--prefix-timestamp",
+                            "--log-level",
+                            "DEBUG",
+                            "--",
+                            "python3",
+                            "train.py"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->hosts,
+            (std::vector<HostSlots>{{"hostA", 2}, {"hostB", 2}}));
+  EXPECT_EQ(options->ssh_port, 2222);
+  EXPECT_EQ(options->ssh_identity_file, "/keys/id");
+  EXPECT_EQ(options->ssh_config, "/etc/kolo/ssh_config");
+  EXPECT_EQ(options->network_interface, "eth1");
+  ASSERT_EQ(options->forwarded.size(), 3u);
+  EXPECT_EQ(options->forwarded[0].name, "FOO");
+  EXPECT_TRUE(options->forwarded[0].has_value);
+  EXPECT_EQ(options->forwarded[0].value, "bar baz");
+  EXPECT_EQ(options->forwarded[1].name, "PATH");
+  EXPECT_FALSE(options->forwarded[1].has_value);
+  EXPECT_EQ(options->forwarded[2].name, "EMPTY");
+  EXPECT_TRUE(options->forwarded[2].has_value);
+  EXPECT_EQ(options->forwarded[2].value, "");
+  EXPECT_EQ(options->output_dir, "/tmp/logs");
+  EXPECT_TRUE(options->prefix_timestamp);
+  EXPECT_EQ(options->log_level, "debug");
+  EXPECT_EQ(options->command, (Args{"python3", "train.py"}));
+
+  options = ParseArgs({"-np=2", "--hosts=a:1,b", "--ssh-port=22",
+                       "--ssh-identity-file=/k", "--hostfile=/dev/null",
+                       "--prefix-output-with-timestamp", "x"});
+  ASSERT_FALSE(options.ok());  // -H and --hostfile together.
+  options = ParseArgs({"-np=2", "--hosts=a:1,b", "--ssh-port=22",
+                       "--ssh-identity-file=/k",
+                       "--prefix-output-with-timestamp", "x"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->hosts, (std::vector<HostSlots>{{"a", 1}, {"b", 1}}));
+  EXPECT_EQ(options->ssh_port, 22);
+  EXPECT_TRUE(options->prefix_timestamp);
 }
 
 TEST(ParseArgsTest, OptionsEndAtTheFirstPositionalArgument) {
@@ -105,6 +167,26 @@ TEST(ParseArgsTest, RejectsBadCommandLines) {
       {{"-np", "2", "--start-timeout"}, "needs a value"},
       {{"-np", "2", "--grace-period", "-0.5", "true"}, "non-negative"},
       {{"-np", "2", "--grace-period", "5s", "true"}, "got \"5s\""},
+      {{"-np", "2", "-H", "a,,b", "true"}, "-H: empty entry"},
+      {{"-np", "2", "-H", "a:0", "true"}, "-H: host \"a\": the number"},
+      {{"-np", "2", "-H", "-oProxyCommand=evil", "true"}, "invalid host name"},
+      {{"-np", "2", "-H", "a:1,a:1", "true"}, "listed twice"},
+      {{"-np", "2", "-H"}, "-H needs a value"},
+      {{"-np", "2", "-H", "a", "--hostfile", "f", "true"}, "use one of them"},
+      {{"-np", "2", "--hostfile=", "true"}, "--hostfile needs a value"},
+      {{"-np", "2", "-p", "0", "true"}, "-p expects a positive integer up to"},
+      {{"-np", "2", "--ssh-port", "65536", "true"}, "up to 65535"},
+      {{"-np", "2", "-i", "", "true"}, "-i needs a value"},
+      {{"-np", "2", "-x", "1ABC=2", "true"}, "-x expects NAME"},
+      {{"-np", "2", "-x", "=2", "true"}, "-x expects NAME"},
+      {{"-np", "2", "-x", "A-B", "true"}, "-x expects NAME"},
+      {{"-np", "2", "-x", "KOLO_RANK=1", "true"}, "kolorun sets KOLO_RANK"},
+      {{"-np", "2", "-x", "KOLO_SECRET=s", "true"}, "kolorun sets KOLO_SECRET"},
+      {{"-np", "2", "-x", "KOLO_TEST_SURELY_UNSET_VAR", "true"},
+       "is not set in kolorun's environment"},
+      {{"-np", "2", "--log-level", "loud", "true"}, "--log-level expects"},
+      {{"-np", "2", "--network-interface=", "true"}, "needs a value"},
+      {{"-np", "2", "--prefix-timestamp=yes", "true"}, "unknown option"},
   };
   for (const BadCase& c : cases) {
     std::string joined;
@@ -119,10 +201,58 @@ TEST(ParseArgsTest, RejectsBadCommandLines) {
 
 TEST(UsageTest, ListsEveryOption) {
   const std::string usage = Usage();
-  for (const char* option : {"-np N", "--num-proc N", "--start-timeout SECONDS",
-                             "--grace-period SECONDS", "--verbose",
-                             "-h, --help", "default 60", "default 5"}) {
+  for (const char* option : {"-np N",
+                             "--num-proc N",
+                             "-H, --hosts LIST",
+                             "--hostfile FILE",
+                             "-p, --ssh-port PORT",
+                             "-i, --ssh-identity-file FILE",
+                             "--ssh-config FILE",
+                             "--network-interface NAME",
+                             "-x NAME[=VALUE]",
+                             "--output-filename DIR",
+                             "--prefix-timestamp",
+                             "--log-level LEVEL",
+                             "--start-timeout SECONDS",
+                             "--grace-period SECONDS",
+                             "--verbose",
+                             "-h, --help",
+                             "default 60",
+                             "default 5",
+                             "BatchMode=yes",
+                             "kolo_rank_guard",
+                             "PATH",
+                             "LD_LIBRARY_PATH",
+                             "OMP_NUM_THREADS"}) {
     EXPECT_NE(usage.find(option), std::string::npos) << option;
+  }
+}
+
+TEST(LoadFilesTest, ReadsTheHostfileAndChecksTheSshFiles) {
+  const std::string dir = ::testing::TempDir();
+  const std::string hostfile = dir + "/hostfile";
+  std::ofstream(hostfile) << "# two hosts\nnode1 slots=2\nnode2 slots=3\n";
+  LaunchOptions options;
+  options.hostfile = hostfile;
+  options.ssh_config = hostfile;  // Any readable file.
+  ASSERT_TRUE(LoadFiles(&options).ok());
+  EXPECT_EQ(options.hosts,
+            (std::vector<HostSlots>{{"node1", 2}, {"node2", 3}}));
+
+  std::ofstream(hostfile) << "node1 slots=2\nnode2 cores=3\n";
+  absl::Status s = LoadFiles(&options);
+  EXPECT_NE(s.message().find(hostfile + ":2: unknown field \"cores=3\""),
+            std::string::npos)
+      << s;
+  for (std::string LaunchOptions::*field :
+       {&LaunchOptions::hostfile, &LaunchOptions::ssh_config,
+        &LaunchOptions::ssh_identity_file}) {
+    LaunchOptions missing;
+    missing.*field = dir + "/no-such-file";
+    s = LoadFiles(&missing);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("no-such-file: No such file"), std::string::npos)
+        << s;
   }
 }
 

@@ -33,256 +33,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/tools/kolorun/kolorun_harness.h"
 
-extern char** environ;
-
+namespace kolorun_testing {
 namespace {
-
-constexpr absl::Duration kHarnessDeadline = absl::Seconds(60);
-
-std::string Runfile(const std::string& path) {
-  const char* srcdir = getenv("TEST_SRCDIR");
-  const char* workspace = getenv("TEST_WORKSPACE");
-  if (srcdir && workspace)
-    return absl::StrCat(srcdir, "/", workspace, "/", path);
-  return path;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines =
-      absl::StrSplit(text, '\n', absl::SkipEmpty());
-  return lines;
-}
-
-bool ProcessExists(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
-
-int CountOf(const std::string& haystack, const std::string& needle) {
-  int count = 0;
-  for (size_t pos = haystack.find(needle); pos != std::string::npos;
-       pos = haystack.find(needle, pos + needle.size())) {
-    ++count;
-  }
-  return count;
-}
-
-struct Result {
-  int wait_status = -1;
-  std::string out;
-  std::string err;
-  int exit_code() const {
-    return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
-  }
-};
-
-// One kolorun process with its stdout and stderr on pipes.
-class Kolorun {
- public:
-  Kolorun(const std::vector<std::string>& args,
-          const std::vector<std::string>& env) {
-    int out[2], err[2];
-    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
-    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
-    std::vector<std::string> argv = {Runfile("tools/kolorun/kolorun")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> c_argv, c_env;
-    for (std::string& a : argv) c_argv.push_back(a.data());
-    c_argv.push_back(nullptr);
-    std::vector<std::string> env_copy = env;
-    for (std::string& e : env_copy) c_env.push_back(e.data());
-    c_env.push_back(nullptr);
-    pid_ = fork();
-    if (pid_ == 0) {
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      execve(c_argv[0], c_argv.data(), c_env.data());
-      _exit(126);
-    }
-    close(out[1]);
-    close(err[1]);
-    out_fd_ = out[0];
-    err_fd_ = err[0];
-    deadline_ = absl::Now() + kHarnessDeadline;
-  }
-
-  ~Kolorun() {
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) close(out_fd_);
-    if (err_fd_ >= 0) close(err_fd_);
-  }
-
-  pid_t pid() const { return pid_; }
-
-  // Reads output until `stream` (1 = stdout, 2 = stderr) holds `count`
-  // occurrences of `needle`. False at EOF or at the harness deadline.
-  bool WaitFor(int stream, const std::string& needle, int count = 1) {
-    for (;;) {
-      const std::string& text = stream == 1 ? out_ : err_;
-      if (CountOf(text, needle) >= count) return true;
-      if (!ReadSome()) return false;
-    }
-  }
-
-  // Reads both streams to EOF and reaps kolorun.
-  Result Wait() {
-    while (ReadSome()) {
-    }
-    Result result;
-    if (out_fd_ >= 0 || err_fd_ >= 0) {
-      ADD_FAILURE() << "kolorun did not exit within the harness deadline\n"
-                    << "stdout:\n"
-                    << out_ << "stderr:\n"
-                    << err_;
-      kill(pid_, SIGKILL);
-    }
-    waitpid(pid_, &result.wait_status, 0);
-    reaped_ = true;
-    result.out = out_;
-    result.err = err_;
-    return result;
-  }
-
- private:
-  // One poll round; false once both streams are at EOF or the deadline
-  // passed.
-  bool ReadSome() {
-    struct pollfd fds[2];
-    int* owners[2];
-    std::string* sinks[2];
-    nfds_t n = 0;
-    if (out_fd_ >= 0) {
-      fds[n] = {out_fd_, POLLIN, 0};
-      owners[n] = &out_fd_;
-      sinks[n++] = &out_;
-    }
-    if (err_fd_ >= 0) {
-      fds[n] = {err_fd_, POLLIN, 0};
-      owners[n] = &err_fd_;
-      sinks[n++] = &err_;
-    }
-    if (n == 0) return false;
-    const absl::Duration left = deadline_ - absl::Now();
-    if (left <= absl::ZeroDuration()) return false;
-    const int ready = poll(fds, n, absl::ToInt64Milliseconds(left) + 1);
-    if (ready < 0 && errno == EINTR) return true;
-    if (ready <= 0) return ready == 0 ? absl::Now() < deadline_ : false;
-    for (nfds_t i = 0; i < n; ++i) {
-      if (!fds[i].revents) continue;
-      char buffer[4096];
-      const ssize_t got = read(fds[i].fd, buffer, sizeof(buffer));
-      if (got > 0) {
-        sinks[i]->append(buffer, got);
-      } else if (got == 0 || errno != EINTR) {
-        close(*owners[i]);
-        *owners[i] = -1;
-      }
-    }
-    return true;
-  }
-
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  int err_fd_ = -1;
-  bool reaped_ = false;
-  std::string out_;
-  std::string err_;
-  absl::Time deadline_;
-};
-
-class KolorunTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // Processes kolorun leaves behind (or orphans after kill -9) come back to
-    // this process, so that the tests can see and reap them.
-    prctl(PR_SET_CHILD_SUBREAPER, 1);
-    const char* tmp = getenv("TEST_TMPDIR");
-    std::string templ =
-        absl::StrCat(tmp ? tmp : "/tmp", "/kolorun_test.XXXXXX");
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    scratch_ = templ;
-    secret_dir_ = scratch_ + "/tmp";
-    ASSERT_EQ(mkdir(secret_dir_.c_str(), 0700), 0);
-  }
-
-  // The test's environment without KOLO_* and OMP_NUM_THREADS, with TMPDIR
-  // (where the secret file goes), SCRATCH and SET_READY for the workers.
-  std::vector<std::string> Environment(
-      const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) {
-      const std::string entry = *e;
-      if (absl::StartsWith(entry, "KOLO_") ||
-          absl::StartsWith(entry, "OMP_NUM_THREADS=") ||
-          absl::StartsWith(entry, "TMPDIR=")) {
-        continue;
-      }
-      env.push_back(entry);
-    }
-    env.push_back("TMPDIR=" + secret_dir_);
-    env.push_back("SCRATCH=" + scratch_);
-    env.push_back("SET_READY=" + Runfile("tests/tools/kolorun/set_ready"));
-    env.insert(env.end(), extra.begin(), extra.end());
-    return env;
-  }
-
-  Result Run(const std::vector<std::string>& args,
-             const std::vector<std::string>& extra_env = {}) {
-    Kolorun kolorun(args, Environment(extra_env));
-    return kolorun.Wait();
-  }
-
-  // Pid written by a worker into $SCRATCH/<name>.
-  pid_t PidFromFile(const std::string& name) const {
-    int pid = 0;
-    const std::string text = ReadFile(scratch_ + "/" + name);
-    EXPECT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &pid))
-        << name << ": \"" << text << "\"";
-    return pid;
-  }
-
-  void ExpectGone(const std::vector<std::string>& pid_files) const {
-    for (const std::string& name : pid_files) {
-      const pid_t pid = PidFromFile(name);
-      ASSERT_GT(pid, 0) << name;
-      EXPECT_FALSE(ProcessExists(pid))
-          << name << ": pid " << pid << " is still alive";
-    }
-  }
-
-  std::vector<std::string> SecretDirEntries() const {
-    std::vector<std::string> names;
-    DIR* dir = opendir(secret_dir_.c_str());
-    if (!dir) return names;
-    while (struct dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(dir);
-    return names;
-  }
-
-  std::string scratch_;
-  std::string secret_dir_;
-};
-
-int Cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
 
 TEST_F(KolorunTest, EveryRankSaysHi) {
   const Result r = Run({"-np", "3", "--", "sh", "-c", "echo hi"});
@@ -400,10 +154,13 @@ TEST_F(KolorunTest, SecretFileIsPrivateAndRemovedAndNeverPrinted) {
   EXPECT_NE(stat(paths.begin()->c_str(), &st), 0) << "secret file left behind";
   EXPECT_TRUE(SecretDirEntries().empty());
 
-  // --verbose: the command, N and the port.
+  // --verbose: the command, N, the placement and the port.
   EXPECT_TRUE(absl::StrContains(r.err, "starting 2 workers: sh -c ")) << r.err;
+  EXPECT_TRUE(
+      absl::StrContains(r.err, "kolorun: host 0 localhost (local): ranks 0-1"))
+      << r.err;
   EXPECT_TRUE(absl::StrContains(
-      r.err, absl::StrCat("rendezvous store on 127.0.0.1:", port, ",")))
+      r.err, absl::StrCat("rendezvous store on 127.0.0.1:", port, " (")))
       << r.err;
 }
 
@@ -607,6 +364,8 @@ TEST_F(KolorunTest, JobWhoseRanksJoinedOutlivesTheStartTimeout) {
 
 TEST_F(KolorunTest, UsageErrorsExitTwoAndStartNothing) {
   const std::string touch = "touch \"$SCRATCH/started\"";
+  const std::string bad_hostfile = scratch_ + "/bad_hostfile";
+  std::ofstream(bad_hostfile) << "localhost slots=2\nnode2 slots=-1\n";
   const std::vector<std::vector<std::string>> bad = {
       {},
       {"sh", "-c", touch},
@@ -617,6 +376,17 @@ TEST_F(KolorunTest, UsageErrorsExitTwoAndStartNothing) {
       {"-np", "2", "--"},
       {"-np", "2", "--bogus", "sh", "-c", touch},
       {"-np", "2", "--start-timeout", "soon", "sh", "-c", touch},
+      {"-np", "2", "-H", "localhost:1,,x", "sh", "-c", touch},
+      {"-np", "2", "-H", "localhost:x", "sh", "-c", touch},
+      {"-np", "3", "-H", "localhost:2", "sh", "-c", touch},
+      {"-np", "2", "-H", "localhost:1,127.0.0.1:1", "sh", "-c", touch},
+      {"-np", "2", "--hostfile", bad_hostfile, "sh", "-c", touch},
+      {"-np", "2", "--hostfile", scratch_ + "/none", "sh", "-c", touch},
+      {"-np", "2", "--ssh-config", scratch_ + "/none", "sh", "-c", touch},
+      {"-np", "2", "-i", scratch_ + "/none", "sh", "-c", touch},
+      {"-np", "2", "--network-interface", "nosuchif0", "sh", "-c", touch},
+      {"-np", "2", "-x", "2BAD", "sh", "-c", touch},
+      {"-np", "2", "--log-level", "chatty", "sh", "-c", touch},
   };
   for (const auto& args : bad) {
     const Result r = Run(args);
@@ -629,6 +399,49 @@ TEST_F(KolorunTest, UsageErrorsExitTwoAndStartNothing) {
   EXPECT_TRUE(SecretDirEntries().empty());
 }
 
+TEST_F(KolorunTest, HostfileWithThisMachineOnly) {
+  const std::string hostfile = scratch_ + "/hostfile";
+  std::ofstream(hostfile) << "# just here\nlocalhost slots=3  # all of it\n";
+  const Result r =
+      Run({"-np", "2", "--hostfile", hostfile, "sh", "-c", kPrintEnvironment});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(CountOf(r.out, "/2 cross=0/1 addr=127.0.0.1 "), 2) << r.out;
+}
+
+TEST_F(KolorunTest, OutputFilesAndTimestamps) {
+  const std::string logs = scratch_ + "/logs";
+  const Result r =
+      Run({"-np", "2", "--output-filename", logs, "--prefix-timestamp", "sh",
+           "-c", "echo out $KOLO_RANK; echo err $KOLO_RANK >&2"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    // Console: "<time> [rank] line"; the rank's file: "<time> line".
+    EXPECT_TRUE(absl::StrContains(
+        r.out, absl::StrCat("Z [", rank, "] out ", rank, "\n")))
+        << r.out;
+    EXPECT_TRUE(absl::StrContains(
+        r.err, absl::StrCat("Z [", rank, "] err ", rank, "\n")))
+        << r.err;
+    const std::string log =
+        ReadFile(absl::StrCat(logs, "/rank.", rank, ".log"));
+    const std::vector<std::string> lines = Lines(log);
+    ASSERT_EQ(lines.size(), 2u) << log;
+    std::multiset<std::string> bodies;
+    for (const std::string& line : lines) {
+      ASSERT_GE(line.size(), 25u) << line;
+      EXPECT_EQ(line[4], '-') << line;
+      EXPECT_EQ(line[10], 'T') << line;
+      EXPECT_EQ(line.substr(23, 2), "Z ") << line;
+      bodies.insert(line.substr(25));
+    }
+    EXPECT_EQ(bodies, (std::multiset<std::string>{absl::StrCat("out ", rank),
+                                                  absl::StrCat("err ", rank)}));
+  }
+  for (const std::string& line : Lines(r.out)) {
+    EXPECT_EQ(line.substr(23, 2), "Z ") << line;
+  }
+}
+
 TEST_F(KolorunTest, HelpListsTheOptions) {
   const Result r = Run({"--help"});
   EXPECT_EQ(r.exit_code(), 0);
@@ -639,3 +452,4 @@ TEST_F(KolorunTest, HelpListsTheOptions) {
 }
 
 }  // namespace
+}  // namespace kolorun_testing

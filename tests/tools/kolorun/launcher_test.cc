@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "tools/kolorun/args.h"
+#include "tools/kolorun/job.h"
 #include "tools/kolorun/output.h"
 #include "tools/kolorun/process.h"
 #include "tools/kolorun/secret_file.h"
@@ -36,12 +37,28 @@ int CountName(const std::vector<std::string>& env, const std::string& name) {
   });
 }
 
+// Rank `rank` of `size`, `local_size` per host.
+RankEndpoint Endpoint(int rank, int local_size, int hosts, int port,
+                      const std::string& secret_path) {
+  RankEndpoint e;
+  e.placement.rank = rank;
+  e.placement.local_rank = rank % local_size;
+  e.placement.local_size = local_size;
+  e.placement.cross_rank = rank / local_size;
+  e.placement.cross_size = hosts;
+  e.store_addr = hosts > 1 ? "10.0.0.1" : "127.0.0.1";
+  e.store_port = port;
+  e.secret_path = secret_path;
+  return e;
+}
+
 TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
   LaunchOptions options;
   options.num_proc = 4;
   options.start_timeout = absl::Milliseconds(2500);
-  const std::vector<std::string> env = WorkerEnvironment(
-      {"PATH=/bin", "HOME=/root"}, options, 2, 4242, "/tmp/kolo-secret-x", 16);
+  const std::vector<std::string> env =
+      WorkerEnvironment({"PATH=/bin", "HOME=/root"}, options,
+                        Endpoint(2, 4, 1, 4242, "/tmp/kolo-secret-x"), 16);
   for (const char* entry :
        {"PATH=/bin", "HOME=/root", "KOLO_RANK=2", "KOLO_SIZE=4",
         "KOLO_LOCAL_RANK=2", "KOLO_LOCAL_SIZE=4", "KOLO_CROSS_RANK=0",
@@ -53,13 +70,31 @@ TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
   EXPECT_EQ(env.size(), 13u);
 }
 
+TEST(WorkerEnvironmentTest, PlacementOnSeveralHosts) {
+  LaunchOptions options;
+  options.num_proc = 6;
+  options.network_interface = "eth1";
+  options.log_level = "debug";
+  // Rank 5 of 6, 3 per host: host 1 of 2, local rank 2 of 3.
+  const std::vector<std::string> env =
+      WorkerEnvironment({}, options, Endpoint(5, 3, 2, 7, "/s"), 12);
+  for (const char* entry :
+       {"KOLO_RANK=5", "KOLO_SIZE=6", "KOLO_LOCAL_RANK=2", "KOLO_LOCAL_SIZE=3",
+        "KOLO_CROSS_RANK=1", "KOLO_CROSS_SIZE=2",
+        "KOLO_RENDEZVOUS_ADDR=10.0.0.1", "KOLO_IFACE=eth1",
+        "KOLO_LOG_LEVEL=debug",
+        "OMP_NUM_THREADS=4"}) {  // 12 CPUs / 3 workers on this host.
+    EXPECT_TRUE(Has(env, entry)) << entry;
+  }
+}
+
 TEST(WorkerEnvironmentTest, ReplacesInheritedJobVariablesAndDropsTheSecret) {
   LaunchOptions options;
   options.num_proc = 2;
   const std::vector<std::string> env = WorkerEnvironment(
       {"KOLO_RANK=9", "KOLO_SECRET=abc", "KOLO_SECRET_FILE=/elsewhere",
        "KOLO_RENDEZVOUS_PORT=1", "KOLO_OP_TIMEOUT=30"},
-      options, 1, 5000, "/tmp/s", 1);
+      options, Endpoint(1, 2, 1, 5000, "/tmp/s"), 1);
   EXPECT_EQ(CountName(env, "KOLO_SECRET"), 0);
   EXPECT_EQ(CountName(env, "KOLO_RANK"), 1);
   EXPECT_TRUE(Has(env, "KOLO_RANK=1"));
@@ -73,12 +108,65 @@ TEST(WorkerEnvironmentTest, ReplacesInheritedJobVariablesAndDropsTheSecret) {
 TEST(WorkerEnvironmentTest, KeepsStartTimeoutAndOmpThreadsAlreadySet) {
   LaunchOptions options;
   options.num_proc = 2;
-  const std::vector<std::string> env = WorkerEnvironment(
-      {"KOLO_START_TIMEOUT=7", "OMP_NUM_THREADS=3"}, options, 0, 1, "/s", 64);
+  const std::vector<std::string> env =
+      WorkerEnvironment({"KOLO_START_TIMEOUT=7", "OMP_NUM_THREADS=3"}, options,
+                        Endpoint(0, 2, 1, 1, "/s"), 64);
   EXPECT_TRUE(Has(env, "KOLO_START_TIMEOUT=7"));
   EXPECT_TRUE(Has(env, "OMP_NUM_THREADS=3"));
   EXPECT_EQ(CountName(env, "KOLO_START_TIMEOUT"), 1);
   EXPECT_EQ(CountName(env, "OMP_NUM_THREADS"), 1);
+}
+
+TEST(WorkerEnvironmentTest, ForwardedVariablesWinOnce) {
+  LaunchOptions options;
+  options.num_proc = 1;
+  options.log_level = "info";
+  options.forwarded = {{"FOO", true, "bar"},
+                       {"HOME", false, ""},
+                       {"KOLO_LOG_LEVEL", true, "error"},
+                       {"OMP_NUM_THREADS", true, "5"},
+                       {"NOT_SET_ANYWHERE", false, ""}};
+  const std::vector<std::string> env = WorkerEnvironment(
+      {"HOME=/home/me", "FOO=old"}, options, Endpoint(0, 1, 1, 1, "/s"), 8);
+  EXPECT_TRUE(Has(env, "FOO=bar"));
+  EXPECT_EQ(CountName(env, "FOO"), 1);
+  EXPECT_TRUE(Has(env, "HOME=/home/me"));
+  EXPECT_EQ(CountName(env, "HOME"), 1);
+  EXPECT_TRUE(Has(env, "KOLO_LOG_LEVEL=error"));
+  EXPECT_EQ(CountName(env, "KOLO_LOG_LEVEL"), 1);
+  EXPECT_TRUE(Has(env, "OMP_NUM_THREADS=5"));
+  EXPECT_EQ(CountName(env, "OMP_NUM_THREADS"), 1);
+  EXPECT_EQ(CountName(env, "NOT_SET_ANYWHERE"), 0);
+}
+
+TEST(RemoteWorkerEnvironmentTest, ForwardsTheDocumentedVariablesOnly) {
+  LaunchOptions options;
+  options.num_proc = 4;
+  options.forwarded = {{"CUDA_VISIBLE_DEVICES", false, ""},
+                       {"MY_SETTING", true, "on"}};
+  const std::vector<std::string> env = RemoteWorkerEnvironment(
+      {"PATH=/opt/bin:/usr/bin", "LD_LIBRARY_PATH=/opt/lib", "HOME=/root",
+       "SSH_AUTH_SOCK=/tmp/agent", "KOLO_OP_TIMEOUT=30", "KOLO_SECRET=abc",
+       "KOLO_SECRET_FILE=/here/only", "CUDA_VISIBLE_DEVICES=1",
+       "PYTHONPATH=/p"},
+      options, Endpoint(3, 2, 2, 999, "/tmp/kolo-secret-local"));
+  for (const char* entry :
+       {"PATH=/opt/bin:/usr/bin", "LD_LIBRARY_PATH=/opt/lib",
+        "KOLO_OP_TIMEOUT=30", "CUDA_VISIBLE_DEVICES=1", "MY_SETTING=on",
+        "KOLO_RANK=3", "KOLO_SIZE=4", "KOLO_LOCAL_RANK=1", "KOLO_LOCAL_SIZE=2",
+        "KOLO_CROSS_RANK=1", "KOLO_CROSS_SIZE=2",
+        "KOLO_RENDEZVOUS_ADDR=10.0.0.1", "KOLO_RENDEZVOUS_PORT=999",
+        "KOLO_START_TIMEOUT=60"}) {
+    EXPECT_TRUE(Has(env, entry)) << entry;
+  }
+  EXPECT_EQ(env.size(), 14u);
+  // The guard writes the secret file on the remote host; the login
+  // environment there provides HOME; OMP_NUM_THREADS follows the remote
+  // host's CPUs.
+  for (const char* name : {"KOLO_SECRET", "KOLO_SECRET_FILE", "HOME",
+                           "SSH_AUTH_SOCK", "PYTHONPATH", "OMP_NUM_THREADS"}) {
+    EXPECT_EQ(CountName(env, name), 0) << name;
+  }
 }
 
 TEST(DescribeWaitStatusTest, ExitCodesAndSignalNames) {

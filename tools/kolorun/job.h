@@ -1,0 +1,70 @@
+// What kolorun decides before it starts anything: where each rank runs,
+// where the rendezvous store listens, and each worker's environment.
+#ifndef KOLO_TOOLS_KOLORUN_JOB_H_
+#define KOLO_TOOLS_KOLORUN_JOB_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/kolorun/args.h"
+#include "tools/kolorun/hosts.h"
+
+namespace kolo {
+namespace kolorun {
+
+// Everything decided before any process starts.
+struct JobPlan {
+  std::vector<RankPlacement> ranks;
+  // Where the rendezvous store listens; workers get it as
+  // KOLO_RENDEZVOUS_ADDR.
+  std::string store_addr = "127.0.0.1";
+  // Why that address, for --verbose.
+  std::string store_addr_reason = "loopback: every rank runs here";
+  // kolo_rank_guard, when some rank is remote.
+  std::string guard_path;
+  // Whether some rank runs elsewhere than here (messages name hosts).
+  bool multi_host = false;
+};
+
+// Places the ranks (PlaceRanks with IsLocalHost), chooses the store address
+// and finds the guard. InvalidArgument (a usage error: nothing has started)
+// for too few slots, an unknown --network-interface, a first remote host
+// with no route, or a missing kolo_rank_guard.
+absl::StatusOr<JobPlan> PlanJob(const LaunchOptions& options);
+
+// Where a rank's job variables point.
+struct RankEndpoint {
+  RankPlacement placement;
+  std::string store_addr = "127.0.0.1";
+  int store_port = 0;
+  std::string secret_path;  // Local ranks only.
+};
+
+// The complete environment of a local worker: `inherited` ("NAME=value"
+// entries) without KOLO_SECRET, plus the job variables of `endpoint`
+// (KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_*, KOLO_CROSS_*, KOLO_RENDEZVOUS_*,
+// KOLO_SECRET_FILE), KOLO_IFACE (--network-interface) and KOLO_LOG_LEVEL
+// (--log-level) when given, the -x variables, KOLO_START_TIMEOUT unless set,
+// and OMP_NUM_THREADS = max(1, cpus / local size) unless set.
+std::vector<std::string> WorkerEnvironment(
+    const std::vector<std::string>& inherited, const LaunchOptions& options,
+    const RankEndpoint& endpoint, int cpus);
+
+// What a remote worker gets on top of its login environment (through the
+// guard): the job variables but KOLO_SECRET_FILE (the guard writes its own),
+// kolorun's other KOLO_* variables but KOLO_SECRET, PATH, LD_LIBRARY_PATH
+// and OMP_NUM_THREADS when set here, KOLO_IFACE, KOLO_LOG_LEVEL and
+// KOLO_START_TIMEOUT as for local workers, and the -x variables. (The guard
+// sets OMP_NUM_THREADS from the remote host's CPUs if it is still unset.)
+std::vector<std::string> RemoteWorkerEnvironment(
+    const std::vector<std::string>& inherited, const LaunchOptions& options,
+    const RankEndpoint& endpoint);
+
+// CPUs this process may run on (its affinity mask).
+int AvailableCpus();
+
+}  // namespace kolorun
+}  // namespace kolo
+
+#endif  // KOLO_TOOLS_KOLORUN_JOB_H_
