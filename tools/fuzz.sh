@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-30}"
 out_base="${KOLO_CLANG_OUTPUT_BASE:-$HOME/.cache/kolo-clang}"
 targets=(wire_fuzzer config_fuzzer store_fuzzer)
-bazel --output_base="$out_base" build --config=fuzz \
+bazel --output_base="$out_base" build --config=fuzz --symlink_prefix=bazel-clang- \
   $(printf '//tests/fuzz:%s ' "${targets[@]}") || exit 1
 bin="$(bazel --output_base="$out_base" info --config=fuzz bazel-bin 2>/dev/null)"
 status=0

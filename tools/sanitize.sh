@@ -9,6 +9,6 @@ config="${1:?usage: tools/sanitize.sh asan|tsan}"
 out_base="${KOLO_CLANG_OUTPUT_BASE:-$HOME/.cache/kolo-clang}"
 targets=(//tests/runtime/... //tests/ops/... //tests/integration/...)
 # Sanitizers make everything slower: timing-bound tests are not run here.
-exec bazel --output_base="$out_base" test --config="$config" \
+exec bazel --output_base="$out_base" test --config="$config" --symlink_prefix=bazel-clang- \
   --test_env=TSAN_OPTIONS="suppressions=$PWD/tools/tsan.supp halt_on_error=1" \
   --test_tag_filters=-exclusive,-no-sanitizer --test_output=errors "${targets[@]}"
