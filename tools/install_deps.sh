@@ -14,6 +14,8 @@ PACKAGES=(
   libtorch-dev dataset-fashion-mnist python3-torch cmake pkg-config
   # Launching under other engines and over ssh (tests use network namespaces)
   openmpi-bin openssh-server openssh-client
+  # kolo_bench baselines and plots
+  libopenmpi-dev python3-matplotlib
 )
 
 missing=()

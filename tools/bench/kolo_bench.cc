@@ -1,187 +1,258 @@
-// kolo_bench: collective latency and bandwidth through kolo, with plain gloo
-// (no kolo) on the same buffers in the same run as the baseline.
+// kolo_bench: collective latency and bandwidth through kolo, nccl-tests
+// style, with baselines measured in the same run: plain gloo (no kolo, same
+// buffers, same processes), OpenMPI (mpi_bench under mpirun) and
+// torch.distributed with gloo (torch_bench.py), each with its ratio.
 //
-//   kolorun -np 2 bazel-bin/tools/bench/kolo_bench [--sizes 4096,1048576,...]
-//       [--iters N] [--warmup N]
+//   kolorun -np 2 bazel-bin/tools/bench/kolo_bench [--ops all]
+//       [--minbytes 4 --maxbytes 256M | --sizes 4096,1M,...]
+//       [--mode latency|loop|fusion] [--baselines gloo,mpi,torch]
+//       [--csv out.csv] [--plot out.png]
 //   kolorun -np 2 bazel-bin/tools/bench/kolo_bench --idle 10
 //       (CPU time an initialised job with nothing to do uses in 10 s)
 //
-// Columns follow nccl-tests: size in bytes, element count, time (p50 and p99
-// over iterations, microseconds), algbw = size / time and busbw = algbw *
-// 2(n-1)/n for allreduce (GB/s), then the plain-gloo p50 and the ratio
-// gloo/kolo (> 1: kolo is faster).
+// `--help` lists every flag; docs/benchmarks.md explains the columns (size,
+// count, type, time, algbw = size / time, busbw = algbw * the collective's
+// nccl-tests factor) and shows measured tables.
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
-#include "gloo/allreduce.h"
-#include "gloo/math.h"
+#include "absl/strings/str_cat.h"
 #include "kolo/runtime.h"
 #include "kolo/store.h"
 #include "ops/gloo/gloo_context.h"
 #include "runtime/rendezvous/tcp_store.h"
+#include "tools/bench/bench_common.h"
+#include "tools/bench/bench_ops.h"
+#include "tools/bench/bench_report.h"
 
+namespace kolo {
+namespace bench {
 namespace {
 
-struct Flags {
-  std::vector<int64_t> sizes = {4096, 1 << 20, 64 << 20};
-  int iters = 0;  // 0: chosen per size
-  int warmup = 3;
-  int idle_seconds = 0;
-};
+bool Has(const std::vector<std::string>& v, const std::string& x) {
+  for (const auto& s : v) {
+    if (s == x) return true;
+  }
+  return false;
+}
 
-bool ParseFlags(int argc, char** argv, Flags* f) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (i + 1 >= argc) return false;
-    std::string value = argv[++i];
-    if (arg == "--sizes") {
-      f->sizes.clear();
-      for (absl::string_view s : absl::StrSplit(value, ',')) {
-        int64_t v;
-        if (!absl::SimpleAtoi(s, &v) || v < 4) return false;
-        f->sizes.push_back(v);
+double CpuSeconds(const struct rusage& u) {
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
+         (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+int Idle(Runtime& rt, int seconds) {
+  // Nothing submitted: the runtime's threads should sleep, not poll.
+  struct rusage before, after;
+  getrusage(RUSAGE_SELF, &before);
+  sleep(seconds);
+  getrusage(RUSAGE_SELF, &after);
+  const double cpu = CpuSeconds(after) - CpuSeconds(before);
+  std::printf("idle rank %d: %.3f s CPU in %d s (%.3f%%)\n", rt.rank(), cpu,
+              seconds, 100.0 * cpu / seconds);
+  return rt.Shutdown().ok() ? 0 : 1;
+}
+
+// Resident memory of this process (kB fields of /proc/self/status).
+std::string MemoryLine() {
+  std::ifstream in("/proc/self/status");
+  std::string line, out;
+  while (std::getline(in, line)) {
+    for (const char* key : {"VmHWM:", "VmRSS:", "RssAnon:", "RssShmem:"}) {
+      if (line.rfind(key, 0) == 0) {
+        const long kb = std::atol(line.c_str() + std::string(key).size());
+        out += absl::StrCat(" ", std::string(key, std::string(key).size() - 1),
+                            " ", kb / 1024, " MB");
       }
-    } else if (arg == "--iters") {
-      if (!absl::SimpleAtoi(value, &f->iters) || f->iters < 1) return false;
-    } else if (arg == "--idle") {
-      if (!absl::SimpleAtoi(value, &f->idle_seconds) || f->idle_seconds < 1) return false;
-    } else if (arg == "--warmup") {
-      if (!absl::SimpleAtoi(value, &f->warmup) || f->warmup < 0) return false;
-    } else {
-      return false;
     }
   }
-  return true;
+  return out;
 }
 
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  size_t i = std::min(v.size() - 1, static_cast<size_t>(p * v.size()));
-  return v[i];
+Measurement Record(const std::string& impl, const std::string& op,
+                   int64_t bytes, const std::vector<double>& us) {
+  Measurement m;
+  m.impl = impl;
+  m.op = op;
+  m.bytes = bytes;
+  m.p50_us = Percentile(us, 0.5);
+  m.p99_us = Percentile(us, 0.99);
+  double sum = 0;
+  for (double u : us) sum += u;
+  m.mean_us = us.empty() ? 0 : sum / us.size();
+  return m;
 }
 
+// Times `op` in the flags' mode: per-op samples (latency), or one sample
+// per op equal to the loop's mean (loop).
 template <typename F>
-std::vector<double> Time(int warmup, int iters, F&& op) {
-  for (int i = 0; i < warmup; ++i) op(i);
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    op(warmup + i);
-    auto t1 = std::chrono::steady_clock::now();
-    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+std::vector<double> Measure(const Flags& flags, int iters, F&& op) {
+  if (flags.mode == Mode::kLoop) {
+    return std::vector<double>(1, TimeLoop(flags.warmup, iters, op));
   }
-  return us;
+  return TimeEach(flags.warmup, iters, op);
 }
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "kolo_bench: %s\n", what.c_str());
-  std::exit(1);
-}
+class Bench {
+ public:
+  Bench(Runtime* rt, const Flags& flags, std::shared_ptr<::gloo::Context> gloo)
+      : flags_(flags), rank_(rt->rank()), ranks_(rt->size()), kolo_(rt, flags) {
+    if (gloo) gloo_ = std::make_unique<GlooRunner>(std::move(gloo), flags);
+  }
 
-}  // namespace
+  void Collectives() {
+    for (Collective c : flags_.ops) {
+      for (int64_t bytes : flags_.sizes) {
+        const int64_t count = CountFor(c, bytes, flags_.dtype, ranks_);
+        Buffers buffers(c, count, flags_.dtype, ranks_);
+        const int iters = flags_.iters ? flags_.iters : IterationsFor(bytes);
+        auto kolo_us =
+            Measure(flags_, iters, [&](int) { kolo_.Run(c, buffers); });
+        Keep(Record("kolo", CollectiveName(c), bytes, kolo_us));
+        if (gloo_ && gloo_->Supports(c)) {
+          auto gloo_us =
+              Measure(flags_, iters, [&](int) { gloo_->Run(c, buffers); });
+          Keep(Record("gloo", CollectiveName(c), bytes, gloo_us));
+        }
+      }
+    }
+  }
 
-int main(int argc, char** argv) {
+  void Fusion() {
+    const int n = flags_.fusion_tensors;
+    const int64_t total = flags_.fusion_bytes * n;
+    const int iters = flags_.iters ? flags_.iters : 20;
+    const size_t elem = DataTypeSize(flags_.dtype);
+    std::vector<std::vector<uint8_t>> tensors(
+        n, std::vector<uint8_t>(flags_.fusion_bytes / elem * elem, 0));
+    Buffers fused(Collective::kAllreduce, total / static_cast<int64_t>(elem),
+                  flags_.dtype, ranks_);
+    Keep(Record("kolo", "fusion_async", total,
+                TimeEach(flags_.warmup, iters,
+                         [&](int) { kolo_.RunMany(tensors, "fusion"); })));
+    Keep(Record("kolo", "fusion_fused", total,
+                TimeEach(flags_.warmup, iters, [&](int) {
+                  kolo_.Run(Collective::kAllreduce, fused);
+                })));
+    Keep(Record("kolo", "fusion_per_tensor", total,
+                TimeEach(flags_.warmup, std::max(1, iters / 4), [&](int) {
+                  for (int i = 0; i < n; ++i) {
+                    std::vector<std::vector<uint8_t>> one(1);
+                    one[0].swap(tensors[i]);
+                    kolo_.RunMany(one, absl::StrCat("per_tensor_", i));
+                    one[0].swap(tensors[i]);
+                  }
+                })));
+    if (gloo_) {
+      Keep(Record("gloo", "fusion_per_tensor", total,
+                  TimeEach(flags_.warmup, std::max(1, iters / 4),
+                           [&](int) { gloo_->RunMany(tensors); })));
+      Keep(Record("gloo", "fusion_fused", total,
+                  TimeEach(flags_.warmup, iters, [&](int) {
+                    gloo_->Run(Collective::kAllreduce, fused);
+                  })));
+    }
+  }
+
+  std::vector<Measurement>& results() { return results_; }
+
+ private:
+  void Keep(Measurement m) {
+    if (rank_ == 0) results_.push_back(std::move(m));
+  }
+
+  const Flags& flags_;
+  const int rank_;
+  const int ranks_;
+  KoloRunner kolo_;
+  std::unique_ptr<GlooRunner> gloo_;
+  std::vector<Measurement> results_;
+};
+
+int Main(int argc, char** argv) {
   Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::printf("%s", Usage(argv[0]).c_str());
+      return 0;
+    }
+  }
   if (!ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr,
-                 "usage: %s [--sizes B1,B2,...] [--iters N] [--warmup N] "
-                 "[--idle SECONDS]\n",
-                 argv[0]);
+    std::fprintf(stderr, "%s", Usage(argv[0]).c_str());
     return 2;
   }
-  auto options = kolo::Runtime::OptionsFromEnvironment();
+  auto options = Runtime::OptionsFromEnvironment();
   if (!options.ok()) Die(std::string(options.status().message()));
-  auto rt = kolo::Runtime::Create(*options);
+  auto rt = Runtime::Create(*options);
   if (!rt.ok()) Die(std::string(rt.status().message()));
+  if (flags.idle_seconds > 0) return Idle(**rt, flags.idle_seconds);
   const int rank = (*rt)->rank(), n = (*rt)->size();
 
-  if (flags.idle_seconds > 0) {
-    // Nothing submitted: the runtime's threads should sleep, not poll.
-    struct rusage before, after;
-    getrusage(RUSAGE_SELF, &before);
-    sleep(flags.idle_seconds);
-    getrusage(RUSAGE_SELF, &after);
-    auto cpu = [](const struct rusage& u) {
-      return u.ru_utime.tv_sec + u.ru_stime.tv_sec +
-             (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
-    };
-    std::printf("idle rank %d: %.3f s CPU in %d s (%.3f%%)\n", rank,
-                cpu(after) - cpu(before), flags.idle_seconds,
-                100.0 * (cpu(after) - cpu(before)) / flags.idle_seconds);
-    absl::Status s = (*rt)->Shutdown();
-    return s.ok() ? 0 : 1;
-  }
-
-  // The baseline: a plain gloo context of its own, over the same store.
-  std::shared_ptr<kolo::Store> store = kolo::NewInMemoryStore();
+  // The baselines' rendezvous: the job's store, under a prefix of our own.
+  std::shared_ptr<Store> store;
   if (n > 1) {
-    auto client = kolo::rendezvous::ConnectTcpStore(
+    auto client = rendezvous::ConnectTcpStore(
         options->rendezvous_addr, options->rendezvous_port, options->secret,
         options->start_timeout);
     if (!client.ok()) Die(std::string(client.status().message()));
-    store = kolo::NewPrefixStore("bench/gloo", *client);
+    store = NewPrefixStore("bench", *client);
   }
   std::shared_ptr<::gloo::Context> gloo_ctx;
-  if (n > 1) {
-    auto ctx = kolo::gloo_backend::ConnectGlooContext(
-        rank, n, store, options->bind_addr, options->start_timeout,
-        options->op_timeout);
+  if (n > 1 && Has(flags.baselines, "gloo")) {
+    auto ctx = gloo_backend::ConnectGlooContext(
+        rank, n, NewPrefixStore("gloo", store), options->bind_addr,
+        options->start_timeout, options->op_timeout);
     if (!ctx.ok()) Die(std::string(ctx.status().message()));
     gloo_ctx = *ctx;
   }
 
-  if (rank == 0) {
-    std::printf("# kolo_bench: allreduce float32 sum, %d ranks\n", n);
-    std::printf("# %12s %10s %10s %10s %8s %8s %10s %8s\n", "size(B)", "count",
-                "p50(us)", "p99(us)", "algbw", "busbw", "gloo(us)", "ratio");
+  Bench bench(rt->get(), flags, gloo_ctx);
+  if (flags.mode == Mode::kFusion) {
+    bench.Fusion();
+  } else {
+    bench.Collectives();
   }
-  for (int64_t bytes : flags.sizes) {
-    const size_t count = bytes / sizeof(float);
-    std::vector<float> buf(count, 1.0f);
-    int iters = flags.iters;
-    if (iters == 0) iters = bytes <= (1 << 20) ? 200 : (bytes <= (16 << 20) ? 20 : 5);
-    auto kolo_us = Time(flags.warmup, iters, [&](int i) {
-      kolo::AllreduceRequest req;
-      req.name = "bench/" + std::to_string(bytes);
-      req.input = req.output = kolo::TensorView(
-          buf.data(), kolo::DataType::kFloat32, {static_cast<int64_t>(count)});
-      auto w = (*rt)->Allreduce(req);
-      if (!w.ok()) Die(std::string(w.status().message()));
-      absl::Status s = w->Wait();
-      if (!s.ok()) Die(std::string(s.message()));
-    });
-    std::vector<double> gloo_us(1, 0.0);
-    if (gloo_ctx) {
-      gloo_us = Time(flags.warmup, iters, [&](int) {
-        ::gloo::AllreduceOptions opts(gloo_ctx);
-        opts.setOutput(buf.data(), count);
-        void (*fn)(void*, const void*, const void*, size_t) = &::gloo::sum<float>;
-        opts.setReduceFunction(fn);
-        ::gloo::allreduce(opts);
-      });
-    }
+  std::vector<Measurement> results = std::move(bench.results());
+
+  // The baselines that are programs of their own run one after the other
+  // on rank 0 while the other ranks wait (blocked on the store, using no
+  // CPU), so that nothing else competes for the cores.
+  if (Has(flags.baselines, "mpi") || Has(flags.baselines, "torch")) {
     if (rank == 0) {
-      const double p50 = Percentile(kolo_us, 0.5);
-      const double algbw = bytes / p50 / 1e3;  // GB/s
-      const double busbw = algbw * 2.0 * (n - 1) / n;
-      const double gloo_p50 = Percentile(gloo_us, 0.5);
-      std::printf("  %12lld %10zu %10.1f %10.1f %8.3f %8.3f %10.1f %8.2f\n",
-                  static_cast<long long>(bytes), count, p50,
-                  Percentile(kolo_us, 0.99), algbw, busbw, gloo_p50,
-                  gloo_p50 > 0 ? gloo_p50 / p50 : 0.0);
-      std::fflush(stdout);
+      auto external = RunExternalBaselines(flags, n, argv[0]);
+      results.insert(results.end(), external.begin(), external.end());
+      if (store) store->Set("baselines_done", "1").IgnoreError();
+    } else {
+      auto done = store->Get("baselines_done", absl::Hours(24));
+      if (!done.ok()) Die(std::string(done.status().message()));
     }
+  }
+
+  std::fprintf(stderr, "# memory rank %d:%s\n", rank, MemoryLine().c_str());
+  if (rank == 0) {
+    PrintTables(flags, n, results);
+    std::string csv = flags.csv;
+    if (csv.empty() && !flags.plot.empty()) csv = flags.plot + ".csv";
+    if (!csv.empty()) {
+      WriteCsv(csv, flags, n, results);
+      std::printf("# measurements written to %s\n", csv.c_str());
+    }
+    if (!flags.plot.empty()) Plot(flags, csv, flags.plot, argv[0], n);
   }
   absl::Status s = (*rt)->Shutdown();
   if (!s.ok()) Die(std::string(s.message()));
   return 0;
 }
+
+}  // namespace
+}  // namespace bench
+}  // namespace kolo
+
+int main(int argc, char** argv) { return kolo::bench::Main(argc, argv); }

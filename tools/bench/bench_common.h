@@ -1,0 +1,116 @@
+// Shared pieces of kolo_bench: flags, the collectives it measures, the
+// nccl-tests formulas, timing helpers and measurement records.
+#ifndef KOLO_TOOLS_BENCH_BENCH_COMMON_H_
+#define KOLO_TOOLS_BENCH_BENCH_COMMON_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kolo/types.h"
+
+namespace kolo {
+namespace bench {
+
+enum class Collective {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kReducescatter,
+  kAlltoall
+};
+const char* CollectiveName(Collective c);
+
+// How a size is timed (see docs/benchmarks.md):
+//  kLatency: one op submitted and waited for, repeated; p50 and p99.
+//  kLoop:    `iters` ops back to back, one timer around the loop; the mean.
+//  kFusion:  per step, `fusion_tensors` allreduces of `fusion_bytes` each,
+//            submitted asynchronously, then all waited for.
+enum class Mode { kLatency, kLoop, kFusion };
+
+struct Flags {
+  std::vector<Collective> ops = {Collective::kAllreduce};
+  std::vector<int64_t> sizes = {4096, 1 << 20, 64 << 20};
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  Mode mode = Mode::kLatency;
+  int fusion_tensors = 200;
+  int64_t fusion_bytes = 4096;
+  int iters = 0;  // 0: chosen per size (IterationsFor)
+  int warmup = 3;
+  int idle_seconds = 0;
+  // Baselines measured in the same run: "gloo" (in process, same buffers),
+  // "mpi" (OpenMPI, a separate program under mpirun), "torch"
+  // (torch.distributed gloo, a Python script).
+  std::vector<std::string> baselines = {"gloo"};
+  std::string csv;   // rank 0 writes every measurement here
+  std::string plot;  // PNG of bus bandwidth against size
+  // Helpers; empty = found next to the binary (Bazel runfiles).
+  std::string mpi_bench, torch_bench, plot_script;
+  std::string mpirun = "mpirun";
+  std::string python = "/usr/bin/python3";  // Debian's, with torch
+};
+
+// Parses argv; false (and a message on stderr) on a bad flag.
+bool ParseFlags(int argc, char** argv, Flags* flags);
+std::string Usage(const char* argv0);
+
+// "4", "64K", "1M", "256M" -> bytes; false if malformed.
+bool ParseBytes(const std::string& text, int64_t* bytes);
+// 4 -> "4", 1048576 -> "1M".
+std::string FormatBytes(int64_t bytes);
+
+// Elements moved for a size of `bytes` (nccl-tests: the result buffer of
+// allreduce/broadcast, the full gathered/scattered/exchanged buffer of the
+// others, rounded down to a multiple of the world size, at least one per
+// rank).
+int64_t CountFor(Collective c, int64_t bytes, DataType dtype, int ranks);
+// busbw = algbw * factor: 2(n-1)/n allreduce, (n-1)/n allgather,
+// reducescatter, alltoall; 1 broadcast.
+double BusFactor(Collective c, int ranks);
+// The default iteration count for a size (also used by the baselines).
+int IterationsFor(int64_t bytes);
+
+double Percentile(std::vector<double> values, double p);
+
+// Runs op(i) `warmup` times, then `iters` timed times; microseconds each.
+template <typename F>
+std::vector<double> TimeEach(int warmup, int iters, F&& op) {
+  for (int i = 0; i < warmup; ++i) op(i);
+  std::vector<double> us;
+  us.reserve(iters);
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    op(warmup + i);
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  return us;
+}
+
+// One timer around `iters` ops: the mean, in microseconds.
+template <typename F>
+double TimeLoop(int warmup, int iters, F&& op) {
+  for (int i = 0; i < warmup; ++i) op(i);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) op(warmup + i);
+  const auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count() / iters;
+}
+
+// One result row. `op` is a collective name, or "fusion_per_tensor" /
+// "fusion_fused" / "fusion_async" for the fusion workload.
+struct Measurement {
+  std::string impl;  // "kolo", "gloo", "mpi", "torch"
+  std::string op;
+  int64_t bytes = 0;
+  double p50_us = 0, p99_us = 0, mean_us = 0;
+};
+
+[[noreturn]] void Die(const std::string& what);
+
+}  // namespace bench
+}  // namespace kolo
+
+#endif  // KOLO_TOOLS_BENCH_BENCH_COMMON_H_

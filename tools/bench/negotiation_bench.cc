@@ -1,0 +1,193 @@
+// negotiation_bench: "scale on paper". Runs the coordinator's negotiation
+// and fusion logic (runtime/controller.h) for 16 to 4096 simulated ranks in
+// one process, the transport replaced by in-memory protobuf bytes, and
+// prints the per-cycle cost at the coordinator against the rank count:
+//   steady: every rank sends cache ids (a training loop after step 1),
+//   cold:   every rank sends full requests (cache off, or a new model),
+//   first:  the one cycle that fills the cache.
+// A cycle = parse every rank's RequestList + Coordinator::AddRequests for
+// each + TakeResponseList (validation, fusion, cache updates) + serialising
+// the ResponseList that goes back to every rank.
+//
+//   bazel-bin/tools/bench/negotiation_bench [--ranks 16,64,256,1024,4096]
+//       [--tensors 100] [--cycles 20]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "kolo/types.h"
+#include "runtime/controller.h"
+#include "runtime/wire.pb.h"
+
+namespace kolo {
+namespace {
+
+struct Flags {
+  std::vector<int> ranks = {16, 64, 256, 1024, 4096};
+  int tensors = 100;
+  int cycles = 20;
+};
+
+bool ParseFlags(int argc, char** argv, Flags* f) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i], value = argv[i + 1];
+    if (arg == "--ranks") {
+      f->ranks.clear();
+      for (absl::string_view s : absl::StrSplit(value, ',')) {
+        int r;
+        if (!absl::SimpleAtoi(s, &r) || r < 1) return false;
+        f->ranks.push_back(r);
+      }
+    } else if (arg == "--tensors") {
+      if (!absl::SimpleAtoi(value, &f->tensors) || f->tensors < 1) return false;
+    } else if (arg == "--cycles") {
+      if (!absl::SimpleAtoi(value, &f->cycles) || f->cycles < 1) return false;
+    } else {
+      return false;
+    }
+  }
+  return argc % 2 == 1;
+}
+
+// What a training step submits: `tensors` gradients of assorted sizes.
+wire::Request GradientRequest(int rank, int i) {
+  wire::Request r;
+  r.set_rank(rank);
+  r.set_name("grad/layer" + std::to_string(i) + ".weight");
+  r.set_type(wire::ALLREDUCE);
+  r.set_dtype(static_cast<int>(DataType::kFloat32));
+  r.add_shape(256 * (1 + i % 7));
+  r.add_shape(64);
+  r.set_op(static_cast<int>(ReduceOp::kAverage));
+  r.set_prescale(1.0);
+  r.set_postscale(1.0);
+  return r;
+}
+
+struct CycleCost {
+  double median_us = 0;
+  size_t request_bytes_per_rank = 0;
+  size_t response_bytes = 0;
+  size_t responses = 0;
+};
+
+// One cycle: every rank's bytes in, one response list out. Returns µs.
+double Cycle(Coordinator& coordinator,
+             const std::vector<std::string>& wire_lists,
+             std::string* response_out, size_t* responses) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const absl::Time now = absl::Now();
+  wire::RequestList list;
+  for (size_t r = 0; r < wire_lists.size(); ++r) {
+    list.ParseFromString(wire_lists[r]);
+    coordinator.AddRequests(static_cast<int>(r), list, now);
+  }
+  wire::ResponseList responses_list = coordinator.TakeResponseList();
+  responses_list.SerializeToString(response_out);
+  const auto t1 = std::chrono::steady_clock::now();
+  *responses = responses_list.responses_size();
+  return std::chrono::duration<double, std::micro>(t1 - t0).count();
+}
+
+Coordinator MakeCoordinator(int ranks, int cache_capacity) {
+  Coordinator::Config config;
+  config.global_ranks.resize(ranks);
+  for (int r = 0; r < ranks; ++r) config.global_ranks[r] = r;
+  config.cache_capacity = cache_capacity;
+  return Coordinator(std::move(config));
+}
+
+std::vector<std::string> FullLists(int ranks, int tensors, int64_t acked) {
+  std::vector<std::string> lists(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    wire::RequestList list;
+    list.set_acked_seq(acked);
+    // Ranks submit in different orders, as they do in training.
+    for (int k = 0; k < tensors; ++k) {
+      *list.add_requests() = GradientRequest(r, (k + r) % tensors);
+    }
+    list.SerializeToString(&lists[r]);
+  }
+  return lists;
+}
+
+CycleCost Measure(int ranks, const Flags& flags, bool steady,
+                  double* first_us) {
+  Coordinator coordinator = MakeCoordinator(ranks, steady ? 1024 : 0);
+  std::string response;
+  size_t responses = 0;
+  // Cycle 1 fills the cache (steady) or is just the first cold cycle.
+  auto lists = FullLists(ranks, flags.tensors, 0);
+  const double first = Cycle(coordinator, lists, &response, &responses);
+  if (first_us) *first_us = first;
+  int64_t seq = 1;
+  if (steady) {
+    // What each rank sends from now on: the ids its (identical) cache has.
+    lists.assign(ranks, std::string());
+    for (int r = 0; r < ranks; ++r) {
+      wire::RequestList list;
+      list.set_acked_seq(seq);
+      for (int k = 0; k < flags.tensors; ++k) {
+        const int64_t id = coordinator.cache().Lookup(
+            GradientRequest(r, (k + r) % flags.tensors));
+        if (id < 0) {
+          std::fprintf(stderr, "negotiation_bench: tensor not cached\n");
+          std::exit(1);
+        }
+        list.add_cached_ids(id);
+      }
+      list.SerializeToString(&lists[r]);
+    }
+  } else {
+    lists = FullLists(ranks, flags.tensors, seq);
+  }
+  std::vector<double> us;
+  for (int c = 0; c < flags.cycles; ++c) {
+    us.push_back(Cycle(coordinator, lists, &response, &responses));
+  }
+  std::sort(us.begin(), us.end());
+  CycleCost cost;
+  cost.median_us = us[us.size() / 2];
+  cost.request_bytes_per_rank = lists[0].size();
+  cost.response_bytes = response.size();
+  cost.responses = responses;
+  return cost;
+}
+
+}  // namespace
+}  // namespace kolo
+
+int main(int argc, char** argv) {
+  kolo::Flags flags;
+  if (!kolo::ParseFlags(argc, argv, &flags)) {
+    std::fprintf(stderr,
+                 "usage: %s [--ranks 16,64,...] [--tensors N] [--cycles N]\n",
+                 argv[0]);
+    return 2;
+  }
+  std::printf(
+      "# coordinator cost per negotiation cycle, %d tensors per rank per "
+      "cycle,\n"
+      "# median of %d cycles (one process, no network)\n",
+      flags.tensors, flags.cycles);
+  std::printf("# %6s | %11s %9s %9s | %11s %9s %9s | %11s | %9s\n", "ranks",
+              "steady(us)", "us/rank", "req(B)", "cold(us)", "us/rank",
+              "req(B)", "first(us)", "resp(B)");
+  for (int ranks : flags.ranks) {
+    double first = 0;
+    const auto steady = kolo::Measure(ranks, flags, /*steady=*/true, &first);
+    const auto cold = kolo::Measure(ranks, flags, /*steady=*/false, nullptr);
+    std::printf(
+        "  %6d | %11.1f %9.3f %9zu | %11.1f %9.3f %9zu | %11.1f | %9zu\n",
+        ranks, steady.median_us, steady.median_us / ranks,
+        steady.request_bytes_per_rank, cold.median_us, cold.median_us / ranks,
+        cold.request_bytes_per_rank, first, steady.response_bytes);
+    std::fflush(stdout);
+  }
+  return 0;
+}

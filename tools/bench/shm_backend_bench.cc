@@ -1,0 +1,137 @@
+// shm_backend_bench: the shm backend alone (no runtime, no negotiation),
+// its ranks as threads of one process, for tuning the chunk size and the
+// spin time. Prints the allreduce time and bus bandwidth per size and chunk,
+// next to one core's memcpy rate on the same machine.
+//
+//   bazel-bin/tools/bench/shm_backend_bench [--ranks 2] [--sizes 64K,1M,16M]
+//       [--chunks 256K,1M] [--spin-us 50] [--iters N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "kolo/store.h"
+#include "ops/shm/shm_backend.h"
+#include "tools/bench/bench_common.h"
+
+namespace kolo {
+namespace bench {
+namespace {
+
+std::vector<int64_t> ParseList(const std::string& text) {
+  std::vector<int64_t> out;
+  for (absl::string_view s : absl::StrSplit(text, ',')) {
+    int64_t v;
+    if (!ParseBytes(std::string(s), &v)) Die("bad size " + std::string(s));
+    out.push_back(v);
+  }
+  return out;
+}
+
+double MemcpyGBs(size_t bytes) {
+  std::vector<uint8_t> a(bytes, 1), b(bytes, 2);
+  const int iters = 5;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) std::memcpy(b.data(), a.data(), bytes);
+  const double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  return bytes * iters / s / 1e9;
+}
+
+int Main(int argc, char** argv) {
+  int ranks = 2, iters = 0;
+  double spin_us = 50;
+  std::vector<int64_t> sizes = {64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<int64_t> chunks = {256 << 10, 1 << 20, 4 << 20};
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i], value = argv[i + 1];
+    if (arg == "--ranks")
+      ranks = std::atoi(value.c_str());
+    else if (arg == "--sizes")
+      sizes = ParseList(value);
+    else if (arg == "--chunks")
+      chunks = ParseList(value);
+    else if (arg == "--spin-us")
+      spin_us = std::atof(value.c_str());
+    else if (arg == "--iters")
+      iters = std::atoi(value.c_str());
+    else
+      Die("unknown flag " + arg);
+  }
+  std::printf(
+      "# shm backend allreduce, float32 sum, %d ranks as threads; memcpy of 64 "
+      "MB "
+      "on one core: %.2f GB/s\n",
+      ranks, MemcpyGBs(64 << 20));
+  std::printf("# %10s %10s %12s %10s %10s\n", "size(B)", "chunk(B)", "time(us)",
+              "busbw", "sleeps");
+  for (int64_t chunk : chunks) {
+    shm::ShmOptions options;
+    options.chunk_bytes = chunk;
+    options.spin = absl::Microseconds(spin_us);
+    auto store = NewInMemoryStore();
+    std::vector<std::unique_ptr<shm::ShmBackend>> group(ranks);
+    {
+      std::vector<std::thread> threads;
+      for (int r = 0; r < ranks; ++r) {
+        threads.emplace_back([&, r] {
+          BackendContext c;
+          c.rank = r;
+          c.size = ranks;
+          c.store = store;
+          c.all_ranks_on_host = true;
+          auto b = shm::ShmBackend::Create(c, options);
+          if (!b.ok()) Die(std::string(b.status().message()));
+          group[r] = std::move(*b);
+        });
+      }
+      for (auto& t : threads) t.join();
+    }
+    for (int64_t bytes : sizes) {
+      const size_t count = bytes / 4;
+      const int n = iters ? iters : IterationsFor(bytes) / 2 + 3;
+      std::vector<double> us(n);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < ranks; ++r) {
+        threads.emplace_back([&, r] {
+          std::vector<float> data(count, 1.0f);
+          for (int i = -2; i < n; ++i) {
+            const auto t0 = std::chrono::steady_clock::now();
+            if (!group[r]
+                     ->Allreduce(data.data(), count, DataType::kFloat32,
+                                 ReduceOp::kSum)
+                     .ok()) {
+              Die("allreduce failed");
+            }
+            if (r == 0 && i >= 0) {
+              us[i] = std::chrono::duration<double, std::micro>(
+                          std::chrono::steady_clock::now() - t0)
+                          .count();
+            }
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      const double p50 = Percentile(us, 0.5);
+      std::printf("  %10lld %10lld %12.1f %10.3f %10llu\n",
+                  static_cast<long long>(bytes),
+                  static_cast<long long>(group[0]->chunk_bytes()), p50,
+                  bytes / p50 / 1e3 * BusFactor(Collective::kAllreduce, ranks),
+                  static_cast<unsigned long long>(group[0]->futex_sleeps()));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace kolo
+
+int main(int argc, char** argv) { return kolo::bench::Main(argc, argv); }
