@@ -11,7 +11,7 @@ PACKAGES=(
   # Sanitizers and fuzzers (tools/sanitize.sh, tools/fuzz.sh)
   clang libclang-rt-14-dev python3
   # LibTorch frontend, its example and the DDP baseline
-  libtorch-dev dataset-fashion-mnist python3-torch cmake pkg-config
+  libtorch-dev dataset-fashion-mnist python3-torch cmake pkg-config zlib1g-dev
   # Launching under other engines and over ssh (tests use network namespaces)
   openmpi-bin openssh-server openssh-client
   # kolo_bench baselines and plots

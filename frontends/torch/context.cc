@@ -1,0 +1,666 @@
+// at::Tensor <-> kolo::TensorView, Handles, the Context's collectives, and
+// the default context behind the free functions.
+#include "kolo/torch/context.h"
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kolo {
+namespace torch {
+
+Error::Error(const absl::Status& status)
+    : std::runtime_error(std::string(status.message())), code_(status.code()) {}
+
+Error::Error(absl::StatusCode code, const std::string& message)
+    : std::runtime_error(message), code_(code) {}
+
+namespace detail {
+
+// One submitted collective. The runtime reads and writes `buffers` (and the
+// results that allocators create) until `work` completes; holding them here
+// keeps that memory alive however the caller treats its Handle.
+struct PendingOp {
+  std::string name;
+  kolo::Work work;
+  std::vector<at::Tensor> buffers;
+  // In-place collectives on non-contiguous tensors: once the collective
+  // succeeded, each `second` (a contiguous buffer) is copied into `first`.
+  std::vector<std::pair<at::Tensor, at::Tensor>> copy_backs;
+
+  std::mutex mu;
+  std::vector<at::Tensor> results;  // guarded by mu (allocators write it)
+  bool finished = false;            // guarded by mu
+  absl::Status status;              // guarded by mu
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::PendingOp;
+
+absl::Status Invalid(const char* op, const std::string& name,
+                     const std::string& what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(op, " \"", name, "\": ", what));
+}
+
+kolo::DataType ToDataType(const at::Tensor& t, const char* op,
+                          const std::string& name) {
+  switch (t.scalar_type()) {
+    case at::kByte:
+      return kolo::DataType::kUint8;
+    case at::kChar:
+      return kolo::DataType::kInt8;
+    case at::kInt:
+      return kolo::DataType::kInt32;
+    case at::kLong:
+      return kolo::DataType::kInt64;
+    case at::kHalf:
+      return kolo::DataType::kFloat16;
+    case at::kBFloat16:
+      return kolo::DataType::kBfloat16;
+    case at::kFloat:
+      return kolo::DataType::kFloat32;
+    case at::kDouble:
+      return kolo::DataType::kFloat64;
+    default:
+      throw Error(Invalid(
+          op, name,
+          absl::StrCat("dtype ", c10::toString(t.scalar_type()),
+                       " is not supported (kolo supports uint8, int8, int32, "
+                       "int64, float16, bfloat16, float32 and float64)")));
+  }
+}
+
+kolo::Device ToDevice(const at::Tensor& t, const char* op,
+                      const std::string& name) {
+  if (t.device().is_cpu()) return kolo::Device::Cpu();
+  if (t.device().is_cuda()) return kolo::Device::Cuda(t.device().index());
+  throw Error(Invalid(op, name,
+                      absl::StrCat("tensors on ", t.device().str(),
+                                   " are not supported (CPU and CUDA only)")));
+}
+
+// Rejects what kolo cannot send. Returns `t` detached from autograd: the
+// runtime reads and writes raw memory, which autograd must not record.
+at::Tensor CheckedTensor(const at::Tensor& t, const char* op,
+                         const std::string& name) {
+  if (!t.defined()) throw Error(Invalid(op, name, "the tensor is undefined"));
+  if (t.layout() != at::kStrided) {
+    std::ostringstream layout;
+    layout << t.layout();
+    throw Error(Invalid(op, name,
+                        absl::StrCat("layout ", layout.str(),
+                                     " is not supported: kolo sends dense "
+                                     "tensors (call to_dense() first)")));
+  }
+  ToDataType(t, op, name);
+  ToDevice(t, op, name);
+  return t.detach();
+}
+
+// The runtime's collectives run on their own streams: work queued on the
+// tensor's current stream must have finished before the runtime reads it.
+void SynchronizeProducer(const at::Tensor& t) {
+  if (t.device().is_cpu()) return;
+  c10::impl::getDeviceGuardImpl(t.device().type())
+      ->getStream(t.device())
+      .synchronize();
+}
+
+kolo::TensorView ViewOf(const at::Tensor& contiguous, const char* op,
+                        const std::string& name) {
+  return kolo::TensorView(
+      contiguous.data_ptr(), ToDataType(contiguous, op, name),
+      contiguous.sizes().vec(), ToDevice(contiguous, op, name));
+}
+
+// The buffer the runtime works on for an in-place collective on `caller`'s
+// tensor (`t`: detached): `t` itself when contiguous, else a contiguous copy
+// that is copied back on success. The result is the caller's own tensor.
+at::Tensor InPlaceBuffer(const at::Tensor& caller, const at::Tensor& t,
+                         PendingOp* op) {
+  at::Tensor buffer = t.is_contiguous() ? t : t.contiguous();
+  if (!t.is_contiguous()) op->copy_backs.emplace_back(t, buffer);
+  op->buffers.push_back(buffer);
+  op->results.push_back(caller);
+  return buffer;
+}
+
+// Output allocator for collectives whose result shape is known only after
+// negotiation. Runs on the runtime's background thread. A weak reference,
+// so that the runtime's copy of this callback never keeps the PendingOp
+// alive (Context::Track does, until the Work completes).
+kolo::OutputAllocator AllocatorFor(const std::shared_ptr<PendingOp>& op,
+                                   at::TensorOptions options) {
+  std::weak_ptr<PendingOp> weak = op;
+  return [weak,
+          options](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
+    auto pending = weak.lock();
+    if (!pending) return absl::CancelledError("the Handle was destroyed");
+    at::Tensor out = at::empty(shape, options);
+    std::lock_guard<std::mutex> lock(pending->mu);
+    pending->results.assign(1, out);
+    return out.data_ptr();
+  };
+}
+
+const std::vector<at::Tensor>& Finish(PendingOp* op) {
+  absl::Status status = op->work.Wait();
+  std::lock_guard<std::mutex> lock(op->mu);
+  if (!op->finished) {
+    op->finished = true;
+    op->status = status;
+    if (status.ok()) {
+      for (auto& [dst, src] : op->copy_backs) dst.copy_(src);
+    }
+    // The runtime is done with the memory; the results alone stay.
+    op->buffers.clear();
+    op->copy_backs.clear();
+  }
+  if (!op->status.ok()) throw Error(op->status);
+  return op->results;
+}
+
+}  // namespace
+
+bool Handle::poll() const { return op_ && op_->work.IsCompleted(); }
+
+const std::string& Handle::name() const {
+  static const std::string* empty = new std::string;
+  return op_ ? op_->name : *empty;
+}
+
+std::vector<at::Tensor> Handle::wait_all() const {
+  if (!op_) {
+    throw Error(absl::StatusCode::kFailedPrecondition,
+                "wait() on an empty kolo::torch::Handle");
+  }
+  return Finish(op_.get());
+}
+
+at::Tensor Handle::wait() const {
+  std::vector<at::Tensor> results = wait_all();
+  return results.empty() ? at::Tensor() : results.front();
+}
+
+std::vector<int64_t> Handle::received_splits() const {
+  return op_ ? op_->work.received_splits() : std::vector<int64_t>();
+}
+
+std::shared_ptr<Context> Context::Create(const kolo::Options& options) {
+  auto runtime = kolo::Runtime::Create(options);
+  if (!runtime.ok()) throw Error(runtime.status());
+  return std::make_shared<Context>(
+      std::shared_ptr<kolo::Runtime>(std::move(*runtime)));
+}
+
+std::shared_ptr<Context> Context::FromEnvironment() {
+  auto options = kolo::Runtime::OptionsFromEnvironment();
+  if (!options.ok()) throw Error(options.status());
+  return Create(*options);
+}
+
+Context::Context(std::shared_ptr<kolo::Runtime> runtime)
+    : runtime_(std::move(runtime)) {
+  if (!runtime_) {
+    throw Error(absl::StatusCode::kInvalidArgument,
+                "kolo::torch::Context needs a runtime");
+  }
+}
+
+Context::~Context() {
+  // Drop the runtime before the tensors of in_flight_: if this was its last
+  // reference it aborts, failing the pending collectives that use them.
+  runtime_.reset();
+}
+
+int Context::rank() const { return runtime_->rank(); }
+int Context::size() const { return runtime_->size(); }
+int Context::local_rank() const { return runtime_->local_rank(); }
+int Context::local_size() const { return runtime_->local_size(); }
+int Context::cross_rank() const { return runtime_->cross_rank(); }
+int Context::cross_size() const { return runtime_->cross_size(); }
+
+template <typename Submit>
+Handle Context::Track(std::shared_ptr<PendingOp> op, Submit submit) {
+  for (const at::Tensor& buffer : op->buffers) SynchronizeProducer(buffer);
+  absl::StatusOr<kolo::Work> work = submit();
+  if (!work.ok()) throw Error(work.status());
+  op->work = *std::move(work);
+  std::lock_guard<std::mutex> lock(in_flight_mu_);
+  if (in_flight_.size() >= prune_at_) {
+    in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
+                                    [](const std::shared_ptr<PendingOp>& p) {
+                                      return p->work.IsCompleted();
+                                    }),
+                     in_flight_.end());
+    prune_at_ = std::max<size_t>(64, 2 * in_flight_.size());
+  }
+  in_flight_.push_back(op);
+  return Handle(std::move(op));
+}
+
+std::string Context::NameFor(Collective collective, const std::string& given) {
+  if (!given.empty()) return given;
+  static const char* const kPrefix[kNumCollectives] = {
+      "allreduce.noname.", "grouped_allreduce.noname.",
+      "allgather.noname.", "broadcast.noname.",
+      "alltoall.noname.",  "reducescatter.noname."};
+  return absl::StrCat(kPrefix[collective], unnamed_[collective]++);
+}
+
+Handle Context::Allreduce(const at::Tensor& tensor,
+                          const AllreduceOptions& options, bool in_place) {
+  const char* op_name = "allreduce";
+  auto op = std::make_shared<PendingOp>();
+  op->name = NameFor(kAllreduce, options.name());
+  at::Tensor t = CheckedTensor(tensor, op_name, op->name);
+  kolo::AllreduceRequest request;
+  request.name = op->name;
+  if (in_place) {
+    request.input = request.output =
+        ViewOf(InPlaceBuffer(tensor, t, op.get()), op_name, op->name);
+  } else {
+    at::Tensor in = t.contiguous();
+    at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
+    op->buffers = {in};
+    op->results = {out};
+    request.input = ViewOf(in, op_name, op->name);
+    request.output = ViewOf(out, op_name, op->name);
+  }
+  request.op = options.op();
+  request.prescale = options.prescale();
+  request.postscale = options.postscale();
+  request.process_set = options.process_set();
+  return Track(std::move(op), [&] { return runtime_->Allreduce(request); });
+}
+
+Handle Context::allreduce_async(const at::Tensor& tensor,
+                                const AllreduceOptions& options) {
+  return Allreduce(tensor, options, /*in_place=*/false);
+}
+
+Handle Context::allreduce_async_(const at::Tensor& tensor,
+                                 const AllreduceOptions& options) {
+  return Allreduce(tensor, options, /*in_place=*/true);
+}
+
+at::Tensor Context::allreduce(const at::Tensor& tensor,
+                              const AllreduceOptions& options) {
+  return allreduce_async(tensor, options).wait();
+}
+
+at::Tensor Context::allreduce_(const at::Tensor& tensor,
+                               const AllreduceOptions& options) {
+  return allreduce_async_(tensor, options).wait();
+}
+
+Handle Context::GroupedAllreduce(const std::vector<at::Tensor>& tensors,
+                                 const GroupedAllreduceOptions& options,
+                                 bool in_place) {
+  const char* op_name = "grouped allreduce";
+  auto op = std::make_shared<PendingOp>();
+  op->name = NameFor(kGroupedAllreduce, options.name());
+  if (!options.names().empty() && options.names().size() != tensors.size()) {
+    throw Error(Invalid(op_name, op->name,
+                        absl::StrCat(options.names().size(), " names for ",
+                                     tensors.size(), " tensors")));
+  }
+  std::vector<kolo::AllreduceRequest> requests(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    kolo::AllreduceRequest& request = requests[i];
+    request.name = options.names().empty() ? absl::StrCat(op->name, ".", i)
+                                           : options.names()[i];
+    at::Tensor t = CheckedTensor(tensors[i], op_name, request.name);
+    if (in_place) {
+      request.input = request.output =
+          ViewOf(InPlaceBuffer(tensors[i], t, op.get()), op_name, request.name);
+    } else {
+      at::Tensor in = t.contiguous();
+      at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
+      op->buffers.push_back(in);
+      op->results.push_back(out);
+      request.input = ViewOf(in, op_name, request.name);
+      request.output = ViewOf(out, op_name, request.name);
+    }
+    request.op = options.op();
+    request.prescale = options.prescale();
+    request.postscale = options.postscale();
+    request.process_set = options.process_set();
+  }
+  return Track(std::move(op),
+               [&] { return runtime_->GroupedAllreduce(requests); });
+}
+
+Handle Context::grouped_allreduce_async(
+    const std::vector<at::Tensor>& tensors,
+    const GroupedAllreduceOptions& options) {
+  return GroupedAllreduce(tensors, options, /*in_place=*/false);
+}
+
+Handle Context::grouped_allreduce_async_(
+    const std::vector<at::Tensor>& tensors,
+    const GroupedAllreduceOptions& options) {
+  return GroupedAllreduce(tensors, options, /*in_place=*/true);
+}
+
+std::vector<at::Tensor> Context::grouped_allreduce(
+    const std::vector<at::Tensor>& tensors,
+    const GroupedAllreduceOptions& options) {
+  return grouped_allreduce_async(tensors, options).wait_all();
+}
+
+std::vector<at::Tensor> Context::grouped_allreduce_(
+    const std::vector<at::Tensor>& tensors,
+    const GroupedAllreduceOptions& options) {
+  return grouped_allreduce_async_(tensors, options).wait_all();
+}
+
+Handle Context::allgather_async(const at::Tensor& tensor,
+                                const AllgatherOptions& options) {
+  const char* op_name = "allgather";
+  auto op = std::make_shared<PendingOp>();
+  op->name = NameFor(kAllgather, options.name());
+  at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
+  op->buffers = {in};
+  kolo::AllgatherRequest request;
+  request.name = op->name;
+  request.input = ViewOf(in, op_name, op->name);
+  request.allocator = AllocatorFor(op, in.options());
+  request.process_set = options.process_set();
+  return Track(std::move(op), [&] { return runtime_->Allgather(request); });
+}
+
+at::Tensor Context::allgather(const at::Tensor& tensor,
+                              const AllgatherOptions& options) {
+  return allgather_async(tensor, options).wait();
+}
+
+Handle Context::Broadcast(const at::Tensor& tensor,
+                          const BroadcastOptions& options, bool in_place) {
+  const char* op_name = "broadcast";
+  auto op = std::make_shared<PendingOp>();
+  op->name = NameFor(kBroadcast, options.name());
+  at::Tensor t = CheckedTensor(tensor, op_name, op->name);
+  at::Tensor buffer;
+  if (in_place) {
+    buffer = InPlaceBuffer(tensor, t, op.get());
+  } else {
+    buffer = t.clone(at::MemoryFormat::Contiguous);
+    op->buffers = {buffer};
+    op->results = {buffer};
+  }
+  kolo::BroadcastRequest request;
+  request.name = op->name;
+  request.tensor = ViewOf(buffer, op_name, op->name);
+  request.root = options.root();
+  request.process_set = options.process_set();
+  return Track(std::move(op), [&] { return runtime_->Broadcast(request); });
+}
+
+Handle Context::broadcast_async(const at::Tensor& tensor,
+                                const BroadcastOptions& options) {
+  return Broadcast(tensor, options, /*in_place=*/false);
+}
+
+Handle Context::broadcast_async_(const at::Tensor& tensor,
+                                 const BroadcastOptions& options) {
+  return Broadcast(tensor, options, /*in_place=*/true);
+}
+
+at::Tensor Context::broadcast(const at::Tensor& tensor,
+                              const BroadcastOptions& options) {
+  return broadcast_async(tensor, options).wait();
+}
+
+at::Tensor Context::broadcast_(const at::Tensor& tensor,
+                               const BroadcastOptions& options) {
+  return broadcast_async_(tensor, options).wait();
+}
+
+std::string Context::broadcast_bytes(const std::string& bytes,
+                                     const BroadcastOptions& options) {
+  const std::string name = NameFor(kBroadcast, options.name());
+  at::Tensor length =
+      at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
+  broadcast_(length, BroadcastOptions(options).name(name + ".length"));
+  const int64_t n = length.item<int64_t>();
+  at::Tensor data = at::empty({n}, at::kByte);
+  if (n > 0 && static_cast<int64_t>(bytes.size()) == n) {
+    // Root's bytes (other ranks' are overwritten; their length may differ).
+    std::memcpy(data.data_ptr(), bytes.data(), n);
+  }
+  broadcast_(data, BroadcastOptions(options).name(name + ".data"));
+  return std::string(static_cast<const char*>(data.data_ptr()), n);
+}
+
+Handle Context::alltoall_async(const at::Tensor& tensor,
+                               const AlltoallOptions& options) {
+  const char* op_name = "alltoall";
+  auto op = std::make_shared<PendingOp>();
+  op->name = NameFor(kAlltoall, options.name());
+  at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
+  op->buffers = {in};
+  kolo::AlltoallRequest request;
+  request.name = op->name;
+  request.input = ViewOf(in, op_name, op->name);
+  request.splits = options.splits();
+  request.allocator = AllocatorFor(op, in.options());
+  request.process_set = options.process_set();
+  return Track(std::move(op), [&] { return runtime_->Alltoall(request); });
+}
+
+at::Tensor Context::alltoall(const at::Tensor& tensor,
+                             const AlltoallOptions& options) {
+  return alltoall_async(tensor, options).wait();
+}
+
+Handle Context::reducescatter_async(const at::Tensor& tensor,
+                                    const ReducescatterOptions& options) {
+  const char* op_name = "reducescatter";
+  auto op = std::make_shared<PendingOp>();
+  op->name = NameFor(kReducescatter, options.name());
+  at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
+  // This rank's share: its position within the set decides it.
+  const std::vector<int> ranks = process_set_ranks(options.process_set());
+  const auto me = std::find(ranks.begin(), ranks.end(), rank());
+  if (me == ranks.end()) {
+    throw Error(Invalid(op_name, op->name,
+                        absl::StrCat("rank ", rank(), " is not in process set ",
+                                     options.process_set())));
+  }
+  std::vector<int64_t> out_shape =
+      in.dim() == 0 ? std::vector<int64_t>{}
+                    : kolo::ReducescatterShape(
+                          in.sizes().vec(), static_cast<int>(ranks.size()),
+                          static_cast<int>(me - ranks.begin()));
+  at::Tensor out = at::empty(out_shape, in.options());
+  op->buffers = {in};
+  op->results = {out};
+  kolo::ReducescatterRequest request;
+  request.name = op->name;
+  request.input = ViewOf(in, op_name, op->name);
+  request.output = ViewOf(out, op_name, op->name);
+  request.op = options.op();
+  request.prescale = options.prescale();
+  request.postscale = options.postscale();
+  request.process_set = options.process_set();
+  return Track(std::move(op), [&] { return runtime_->Reducescatter(request); });
+}
+
+at::Tensor Context::reducescatter(const at::Tensor& tensor,
+                                  const ReducescatterOptions& options) {
+  return reducescatter_async(tensor, options).wait();
+}
+
+void Context::barrier(int process_set) {
+  absl::StatusOr<kolo::Work> work = runtime_->Barrier(process_set);
+  if (!work.ok()) throw Error(work.status());
+  absl::Status status = work->Wait();
+  if (!status.ok()) throw Error(status);
+}
+
+int Context::join() {
+  absl::StatusOr<int> last = runtime_->Join();
+  if (!last.ok()) throw Error(last.status());
+  return *last;
+}
+
+int Context::add_process_set(const std::vector<int>& ranks) {
+  absl::StatusOr<int> id = runtime_->AddProcessSet(ranks);
+  if (!id.ok()) throw Error(id.status());
+  return *id;
+}
+
+std::vector<int> Context::process_set_ranks(int process_set) const {
+  absl::StatusOr<std::vector<int>> ranks =
+      runtime_->ProcessSetRanks(process_set);
+  if (!ranks.ok()) throw Error(ranks.status());
+  return *std::move(ranks);
+}
+
+void Context::shutdown(absl::Duration timeout) {
+  if (shut_down_.exchange(true)) return;
+  absl::Status status = runtime_->Shutdown(timeout);
+  {
+    // Every Work has completed now (Shutdown completes or fails them all).
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    in_flight_.clear();
+  }
+  if (!status.ok()) throw Error(status);
+}
+
+namespace {
+
+std::mutex& DefaultMutex() {
+  static std::mutex* mu = new std::mutex;
+  return *mu;
+}
+
+// The frontend's one default instance, for programs launched by kolorun.
+std::shared_ptr<Context>& DefaultSlot() {
+  static auto* slot = new std::shared_ptr<Context>;
+  return *slot;
+}
+
+}  // namespace
+
+void init() {
+  std::lock_guard<std::mutex> lock(DefaultMutex());
+  if (!DefaultSlot()) DefaultSlot() = Context::FromEnvironment();
+}
+
+void init(const kolo::Options& options) {
+  std::lock_guard<std::mutex> lock(DefaultMutex());
+  if (!DefaultSlot()) DefaultSlot() = Context::Create(options);
+}
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(DefaultMutex());
+  return DefaultSlot() != nullptr;
+}
+
+void shutdown() {
+  std::shared_ptr<Context> context;
+  {
+    std::lock_guard<std::mutex> lock(DefaultMutex());
+    context = std::move(DefaultSlot());
+    DefaultSlot() = nullptr;
+  }
+  if (context) context->shutdown();
+}
+
+std::shared_ptr<Context> default_context() {
+  std::lock_guard<std::mutex> lock(DefaultMutex());
+  if (!DefaultSlot()) {
+    throw Error(absl::StatusCode::kFailedPrecondition,
+                "kolo::torch::init() has not been called (or shutdown() was)");
+  }
+  return DefaultSlot();
+}
+
+int rank() { return default_context()->rank(); }
+int size() { return default_context()->size(); }
+int local_rank() { return default_context()->local_rank(); }
+int local_size() { return default_context()->local_size(); }
+int cross_rank() { return default_context()->cross_rank(); }
+int cross_size() { return default_context()->cross_size(); }
+
+Handle allreduce_async(const at::Tensor& t, const AllreduceOptions& o) {
+  return default_context()->allreduce_async(t, o);
+}
+Handle allreduce_async_(const at::Tensor& t, const AllreduceOptions& o) {
+  return default_context()->allreduce_async_(t, o);
+}
+at::Tensor allreduce(const at::Tensor& t, const AllreduceOptions& o) {
+  return default_context()->allreduce(t, o);
+}
+at::Tensor allreduce_(const at::Tensor& t, const AllreduceOptions& o) {
+  return default_context()->allreduce_(t, o);
+}
+Handle grouped_allreduce_async(const std::vector<at::Tensor>& t,
+                               const GroupedAllreduceOptions& o) {
+  return default_context()->grouped_allreduce_async(t, o);
+}
+Handle grouped_allreduce_async_(const std::vector<at::Tensor>& t,
+                                const GroupedAllreduceOptions& o) {
+  return default_context()->grouped_allreduce_async_(t, o);
+}
+std::vector<at::Tensor> grouped_allreduce(const std::vector<at::Tensor>& t,
+                                          const GroupedAllreduceOptions& o) {
+  return default_context()->grouped_allreduce(t, o);
+}
+std::vector<at::Tensor> grouped_allreduce_(const std::vector<at::Tensor>& t,
+                                           const GroupedAllreduceOptions& o) {
+  return default_context()->grouped_allreduce_(t, o);
+}
+Handle allgather_async(const at::Tensor& t, const AllgatherOptions& o) {
+  return default_context()->allgather_async(t, o);
+}
+at::Tensor allgather(const at::Tensor& t, const AllgatherOptions& o) {
+  return default_context()->allgather(t, o);
+}
+Handle broadcast_async(const at::Tensor& t, const BroadcastOptions& o) {
+  return default_context()->broadcast_async(t, o);
+}
+Handle broadcast_async_(const at::Tensor& t, const BroadcastOptions& o) {
+  return default_context()->broadcast_async_(t, o);
+}
+at::Tensor broadcast(const at::Tensor& t, const BroadcastOptions& o) {
+  return default_context()->broadcast(t, o);
+}
+at::Tensor broadcast_(const at::Tensor& t, const BroadcastOptions& o) {
+  return default_context()->broadcast_(t, o);
+}
+Handle alltoall_async(const at::Tensor& t, const AlltoallOptions& o) {
+  return default_context()->alltoall_async(t, o);
+}
+at::Tensor alltoall(const at::Tensor& t, const AlltoallOptions& o) {
+  return default_context()->alltoall(t, o);
+}
+Handle reducescatter_async(const at::Tensor& t, const ReducescatterOptions& o) {
+  return default_context()->reducescatter_async(t, o);
+}
+at::Tensor reducescatter(const at::Tensor& t, const ReducescatterOptions& o) {
+  return default_context()->reducescatter(t, o);
+}
+void barrier(int process_set) { default_context()->barrier(process_set); }
+int join() { return default_context()->join(); }
+int add_process_set(const std::vector<int>& ranks) {
+  return default_context()->add_process_set(ranks);
+}
+std::vector<int> process_set_ranks(int process_set) {
+  return default_context()->process_set_ranks(process_set);
+}
+
+}  // namespace torch
+}  // namespace kolo
