@@ -6,7 +6,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 config="${1:?usage: tools/sanitize.sh asan|tsan}"
-out_base="${KOLO_CLANG_OUTPUT_BASE:-$HOME/.cache/kolo-clang}"
+# One clang output base per checkout (Bazel ties an output base to a
+# workspace).
+out_base="${KOLO_CLANG_OUTPUT_BASE:-$HOME/.cache/kolo-clang-$(pwd | md5sum | cut -c1-8)}"
 targets=(//tests/runtime/... //tests/ops/... //tests/integration/...)
 # Sanitizers make everything slower: timing-bound tests are not run here.
 exec bazel --output_base="$out_base" test --config="$config" --symlink_prefix=bazel-clang- \
