@@ -11,7 +11,7 @@ passed=0
 failed=0
 skipped=0
 log=$(mktemp)
-trap 'rm -f "$log" "$log.asan" "$log.fuzz"' EXIT
+trap 'rm -f "$log" "$log.san" "$log.fuzz"' EXIT
 
 bazel test --keep_going //... 2>&1 | tee "$log"
 
@@ -25,20 +25,22 @@ if grep -q "FAILED TO BUILD\|Build did NOT complete successfully" "$log" &&
   failed=$((failed + 1))  # a build failure with no test to blame
 fi
 
-# Sanitizers (ASan + UBSan) over the runtime and ops tests, with clang in an
-# output base of its own; each sanitized target counts as a test.
+# Sanitizers (ASan + UBSan, then TSan) over the runtime and ops tests, with
+# clang in an output base of its own; each sanitized target counts as a test.
 # KOLO_SKIP_SANITIZERS=1 skips them (counted as skipped).
 if [ "${KOLO_SKIP_SANITIZERS:-0}" = 1 ]; then
   skipped=$((skipped + 1))
 else
-  echo "=== tools/sanitize.sh asan ==="
-  tools/sanitize.sh asan 2>&1 | tee "$log.asan"
-  a_pass=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$log.asan" || true)
-  a_fail=$(grep -cE "^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)" "$log.asan" || true)
-  if [ "$a_pass" -eq 0 ] && [ "$a_fail" -eq 0 ]; then a_fail=1; fi  # did not build
-  passed=$((passed + a_pass))
-  failed=$((failed + a_fail))
-  rm -f "$log.asan"
+  for sanitizer in asan tsan; do
+    echo "=== tools/sanitize.sh $sanitizer ==="
+    tools/sanitize.sh "$sanitizer" 2>&1 | tee "$log.san"
+    s_pass=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$log.san" || true)
+    s_fail=$(grep -cE "^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)" "$log.san" || true)
+    if [ "$s_pass" -eq 0 ] && [ "$s_fail" -eq 0 ]; then s_fail=1; fi  # did not build
+    passed=$((passed + s_pass))
+    failed=$((failed + s_fail))
+    rm -f "$log.san"
+  done
 
   # Fuzzers: a short run of each (tools/fuzz.sh SECONDS for longer ones).
   echo "=== tools/fuzz.sh ${KOLO_FUZZ_SECONDS:-20} ==="
