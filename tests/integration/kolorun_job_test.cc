@@ -19,6 +19,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/run_command.h"
 
 namespace {
 
@@ -26,52 +27,8 @@ using ::testing::HasSubstr;
 
 std::string g_kolorun, g_demo, g_fault_worker, g_parity_worker;
 
-struct Result {
-  int exit_code = -1;  // -1: killed by the harness deadline
-  std::string output;  // stdout and stderr, merged
-};
-
-Result RunCommand(const std::vector<std::string>& args, int deadline_s = 60) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return {};
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  Result result;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
-  char buf[4096];
-  bool timed_out = false;
-  while (true) {
-    int left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   deadline - std::chrono::steady_clock::now())
-                   .count();
-    if (left <= 0) {
-      timed_out = true;
-      kill(pid, SIGKILL);
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    if (poll(&p, 1, left) <= 0) continue;
-    ssize_t n = read(fds[0], buf, sizeof(buf));
-    if (n <= 0) break;
-    result.output.append(buf, n);
-  }
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!timed_out && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  if (!timed_out && WIFSIGNALED(status)) result.exit_code = 128 + WTERMSIG(status);
-  return result;
-}
+using Result = kolo::testing::CommandResult;
+using kolo::testing::RunCommand;
 
 std::string MakeTempDir() {
   std::string tmpl = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR")
