@@ -32,7 +32,9 @@ std::string Coordinator::RankLabel(int rank) const {
 void Coordinator::AddRequests(int rank, const wire::RequestList& list,
                               absl::Time now) {
   acked_[rank] = std::max(acked_[rank], list.acked_seq());
-  cache_.PruneGraveyard(*std::min_element(acked_.begin(), acked_.end()));
+  if (cache_.graveyard_size() > 0) {  // O(ranks): only when there is work
+    cache_.PruneGraveyard(*std::min_element(acked_.begin(), acked_.end()));
+  }
   for (int64_t id : list.cached_ids()) {
     const wire::Request* request = cache_.Find(id);
     if (!request) continue;  // Cannot happen: ids outlive every ack.
@@ -118,6 +120,11 @@ void Coordinator::AddJoin(int rank, absl::Time now) {
 void Coordinator::MaybeReady(std::map<std::string, Pending>::iterator it,
                              absl::Time now) {
   Pending& p = it->second;
+  // Cheap necessary condition first, so that each request costs O(1) until
+  // the name can be ready (joined ranks may have submitted too, hence >=).
+  if (p.count == 0 || p.count + static_cast<int>(joined_.size()) < size_) {
+    return;
+  }
   std::vector<const wire::Request*> by_rank(size_, nullptr);
   for (int r = 0; r < size_; ++r) {
     if (p.by_rank[r].has_value()) {
@@ -126,7 +133,6 @@ void Coordinator::MaybeReady(std::map<std::string, Pending>::iterator it,
       return;  // Still waiting for rank r.
     }
   }
-  if (p.count == 0) return;
   Ready ready;
   ready.response = BuildResponse(by_rank, config_.global_ranks);
   ready.ready_at = now;
