@@ -1,5 +1,7 @@
 #include "runtime/runtime_impl.h"
 
+#include <signal.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +50,14 @@ RuntimeImpl::~RuntimeImpl() {
 
 absl::Status RuntimeImpl::Start() {
   const absl::Time deadline = absl::Now() + options_.start_timeout;
+  // A write to a peer that died must fail with EPIPE, not kill this process
+  // (gloo writes without MSG_NOSIGNAL). Only the default disposition is
+  // changed; a handler the program installed is left alone.
+  struct sigaction pipe_action;
+  if (sigaction(SIGPIPE, nullptr, &pipe_action) == 0 &&
+      pipe_action.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
   if (options_.insecure_no_secret) {
     logger_.Warning(
         "KOLO_INSECURE_NO_SECRET=1: this job uses a fixed, publicly known "

@@ -118,7 +118,9 @@ class RuntimeImpl;
 class Runtime {
  public:
   // Joins the job: rendezvous, control channel, data-plane contexts. Blocks
-  // up to options.start_timeout.
+  // up to options.start_timeout. If SIGPIPE has its default disposition it
+  // is set to ignored, so that a write to a dead peer fails with an error
+  // instead of killing the process.
   static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Options& options);
 
   // Options from the process environment (KOLO_* variables); InvalidArgument
