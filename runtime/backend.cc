@@ -1,5 +1,10 @@
 #include "runtime/backend.h"
 
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
 namespace kolo {
 namespace {
 
@@ -8,6 +13,50 @@ const char* DeviceName(DeviceType device) {
 }
 
 }  // namespace
+
+std::vector<Shard> SplitEvenly(size_t count, int parts) {
+  std::vector<Shard> shards(parts > 0 ? parts : 0);
+  size_t offset = 0;
+  for (int k = 0; k < parts; ++k) {
+    shards[k].offset = offset;
+    shards[k].count = count / parts + (static_cast<size_t>(k) < count % parts);
+    offset += shards[k].count;
+  }
+  return shards;
+}
+
+absl::StatusOr<void*> Backend::Allocate(size_t bytes) {
+  // 64-byte aligned for the vectorised kernels; never null.
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  if (p == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of host memory"));
+  }
+  return p;
+}
+
+void Backend::Free(void* data) { std::free(data); }
+
+void Backend::Copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+absl::Status Backend::AllreduceScaled(void* data, size_t count, DataType dtype,
+                                      ReduceOp op, double prescale,
+                                      double postscale) {
+  if (prescale != 1.0) Scale(data, count, dtype, prescale);
+  absl::Status s = Allreduce(data, count, dtype, op);
+  if (!s.ok()) return s;
+  if (postscale != 1.0) Scale(data, count, dtype, postscale);
+  return absl::OkStatus();
+}
+
+absl::Status Backend::Reducescatterv(const void*, void*,
+                                     const std::vector<size_t>&, DataType,
+                                     ReduceOp, double, double) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " has no reduce-scatter of its own"));
+}
 
 BackendRegistry& BackendRegistry::Get() {
   static BackendRegistry* registry = new BackendRegistry();
@@ -34,6 +83,17 @@ bool BackendRegistry::Has(DeviceType device, const std::string& name) const {
     if (e.device == device && e.name == name) return true;
   }
   return false;
+}
+
+void BackendRegistry::RegisterProbe(DeviceType device, DeviceProbe probe) {
+  probes_.emplace_back(device, std::move(probe));
+}
+
+absl::Status BackendRegistry::CheckDevice(const Device& device) const {
+  for (const auto& [type, probe] : probes_) {
+    if (type == device.type) return probe(device);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kolo/store.h"
+#include "kolo/tensor.h"
 #include "kolo/types.h"
 
 namespace kolo {
@@ -37,7 +38,25 @@ struct BackendContext {
   // as far as the runtime can tell from the placement each rank published.
   // Backends that need shared memory (shm) refuse to start without it.
   bool all_ranks_on_host = false;
+  // This rank's device for the backend (CUDA: the GPU of the first tensor
+  // this process set ran on that device type).
+  Device device = Device::Cpu();
+  // Host identity of every rank of the set, by set rank (equal strings: same
+  // host). Hierarchical backends split the set by it.
+  std::vector<std::string> hosts;
+  // KOLO_HIERARCHICAL_ALLREDUCE: device allreduce within the host and the
+  // CPU backend between hosts.
+  bool hierarchical_allreduce = false;
 };
+
+// Split of `count` elements into `parts` consecutive shards: the first
+// count % parts shards hold one element more. Used by every backend and the
+// executor alike, so that all ranks agree on the offsets.
+struct Shard {
+  size_t offset = 0;
+  size_t count = 0;
+};
+std::vector<Shard> SplitEvenly(size_t count, int parts);
 
 class Backend {
  public:
@@ -68,12 +87,62 @@ class Backend {
   virtual void Scale(void* data, size_t count, DataType dtype,
                      double factor) = 0;
   // Unblocks collectives in other threads as far as the backend can (closes
-  // its connections); later collectives fail. Thread-safe.
+  // its connections); later collectives fail. Thread-safe, and callable
+  // from inside a Finish callback on the backend's own completion thread
+  // (must not join it). A device backend's destructor calls the `done` of
+  // every response still pending, with an error.
   virtual void Close() {}
+
+  // ---- Devices -----------------------------------------------------------
+  // Host-memory backends (gloo, shm) keep every default below: the executor
+  // then packs with memcpy and runs the CPU kernels. A device backend (NCCL)
+  // returns false from host_memory() and implements every method below;
+  // the executor then touches tensor memory only through them.
+  virtual bool host_memory() const { return true; }
+  // Memory the collectives can work on (fusion buffers, scratch).
+  virtual absl::StatusOr<void*> Allocate(size_t bytes);
+  virtual void Free(void* data);
+  // Copies `bytes`, ordered with the collectives issued before and after it
+  // (a device backend queues it on its stream). Either side may be host
+  // memory on a device backend (joined ranks contribute host zeros).
+  virtual void Copy(void* dst, const void* src, size_t bytes);
+  // Before the executor reads any of a response's tensors: orders the
+  // backend after their producers. `ready[i]` may be null (the backend then
+  // orders after the device's default stream). Fails after the op timeout.
+  virtual absl::Status WaitReady(
+      const std::vector<std::shared_ptr<ReadyEvent>>& ready) {
+    return absl::OkStatus();
+  }
+  // sum/min/max/product of `count` elements in place, with data[i] *=
+  // prescale before and *= postscale after (floating point only when not
+  // 1.0). The default runs Scale, Allreduce, Scale.
+  virtual absl::Status AllreduceScaled(void* data, size_t count,
+                                       DataType dtype, ReduceOp op,
+                                       double prescale, double postscale);
+  // Device backends only (host_memory() false): reduces every rank's
+  // `input` (the sum over k of counts[k] elements) and writes this rank's
+  // shard, counts[rank] elements from offset sum(counts[0..rank)), to
+  // `output`, scaled like AllreduceScaled.
+  virtual absl::Status Reducescatterv(const void* input, void* output,
+                                      const std::vector<size_t>& counts,
+                                      DataType dtype, ReduceOp op,
+                                      double prescale, double postscale);
+  // Called once per response after its collective and copies were issued:
+  // `done` runs once they have completed, on this thread or on the
+  // backend's completion thread, with an error if they failed (the
+  // backend's watchdog reports a collective that exceeds the op timeout).
+  // Host-memory backends are synchronous: the default calls done at once.
+  virtual void Finish(std::function<void(absl::Status)> done) {
+    done(absl::OkStatus());
+  }
 };
 
 using BackendFactory =
     std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendContext&)>;
+// Whether this process can use `device` (e.g. a CUDA ordinal that exists);
+// the error says why not. Called on caller threads: must be thread-safe and
+// cheap after its first call.
+using DeviceProbe = std::function<absl::Status(const Device&)>;
 
 // How Create(device, context) treats a registered backend.
 enum class BackendSelection {
@@ -103,6 +172,10 @@ class BackendRegistry {
   bool Has(DeviceType device) const;
   // Whether a backend named `name` is registered for `device`.
   bool Has(DeviceType device, const std::string& name) const;
+  // A device backend's check that a device is usable here.
+  void RegisterProbe(DeviceType device, DeviceProbe probe);
+  // OK when no probe is registered for the device's type.
+  absl::Status CheckDevice(const Device& device) const;
 
  private:
   struct Entry {
@@ -112,6 +185,7 @@ class BackendRegistry {
     BackendSelection selection;
   };
   std::vector<Entry> entries_;
+  std::vector<std::pair<DeviceType, DeviceProbe>> probes_;
 };
 
 // Put one at namespace scope in a backend's .cc file.
@@ -120,6 +194,11 @@ struct BackendRegistrar {
                    BackendSelection selection = BackendSelection::kDefault) {
     BackendRegistry::Get().Register(device, std::move(name), std::move(factory),
                                     selection);
+  }
+  BackendRegistrar(DeviceType device, std::string name, BackendFactory factory,
+                   DeviceProbe probe)
+      : BackendRegistrar(device, std::move(name), std::move(factory)) {
+    BackendRegistry::Get().RegisterProbe(device, std::move(probe));
   }
 };
 

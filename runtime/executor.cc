@@ -23,6 +23,133 @@ void CompleteAll(std::vector<std::unique_ptr<TensorEntry>>& entries,
 
 }  // namespace
 
+// Entries whose collective the backend completes later. The callbacks hold
+// a reference, so it outlives the executor when the backend's completion
+// thread finishes after it.
+struct Executor::Pending {
+  mutable std::mutex mu;
+  std::set<TensorEntry*> entries;  // guarded by mu
+  // Held while a callback reports a failure, so that the executor's
+  // destructor waits for it: the report reaches the runtime only while
+  // the executor (and so the runtime) exists. Separate from `mu`: the
+  // report may call back into FailPending.
+  std::mutex report_mu;
+  bool executor_alive = true;  // guarded by report_mu
+};
+
+Executor::Executor(Backend* backend, int rank, int size,
+                   bool average_over_set_size, Timeline* timeline,
+                   std::function<void(const absl::Status&)> on_async_failure)
+    : backend_(backend),
+      rank_(rank),
+      size_(size),
+      average_over_set_size_(average_over_set_size),
+      timeline_(timeline),
+      on_async_failure_(std::move(on_async_failure)),
+      pending_(std::make_shared<Pending>()) {}
+
+Executor::~Executor() {
+  {
+    std::lock_guard<std::mutex> lock(pending_->report_mu);
+    pending_->executor_alive = false;
+  }
+  if (fusion_) backend_->Free(fusion_);
+  if (gather_send_) backend_->Free(gather_send_);
+}
+
+void Executor::FailPending(const absl::Status& status) {
+  std::vector<TensorEntry*> entries;
+  std::lock_guard<std::mutex> lock(pending_->mu);
+  // Completing under the lock is safe: it only wakes waiters, and the
+  // callback that owns the entry takes this lock before destroying it.
+  for (TensorEntry* e : pending_->entries) {
+    e->Complete(absl::Status(
+        status.code(),
+        absl::StrCat(CollectiveName(e->request.type()), " \"",
+                     e->request.name(), "\" failed: ", status.message())));
+  }
+}
+
+size_t Executor::pending() const {
+  std::lock_guard<std::mutex> lock(pending_->mu);
+  return pending_->entries.size();
+}
+
+void Executor::Finish(std::vector<std::unique_ptr<TensorEntry>>& entries,
+                      std::vector<Outcome> outcomes, std::vector<void*> temps) {
+  if (backend_->host_memory() && temps.empty()) {
+    // Synchronous backend: the common case, without any allocation.
+    for (size_t i = 0; i < entries.size(); ++i) {
+      entries[i]->Complete(outcomes[i].status, std::move(outcomes[i].splits));
+    }
+    return;
+  }
+  struct Batch {
+    std::vector<std::unique_ptr<TensorEntry>> entries;
+    std::vector<Outcome> outcomes;
+    std::vector<void*> temps;
+  };
+  auto batch = std::make_shared<Batch>();
+  batch->entries = std::move(entries);
+  batch->outcomes = std::move(outcomes);
+  batch->temps = std::move(temps);
+  {
+    std::lock_guard<std::mutex> lock(pending_->mu);
+    for (auto& e : batch->entries) pending_->entries.insert(e.get());
+  }
+  Backend* backend = backend_;
+  backend_->Finish([batch, backend, pending = pending_,
+                    on_failure = on_async_failure_](absl::Status status) {
+    {
+      std::lock_guard<std::mutex> lock(pending->mu);
+      for (size_t i = 0; i < batch->entries.size(); ++i) {
+        TensorEntry& e = *batch->entries[i];
+        pending->entries.erase(&e);
+        if (status.ok()) {
+          e.Complete(batch->outcomes[i].status,
+                     std::move(batch->outcomes[i].splits));
+        } else {
+          e.Complete(absl::Status(
+              status.code(),
+              absl::StrCat(CollectiveName(e.request.type()), " \"",
+                           e.request.name(), "\" failed: ", status.message())));
+        }
+      }
+    }
+    for (void* t : batch->temps) backend->Free(t);
+    if (!status.ok() && on_failure) {
+      std::lock_guard<std::mutex> lock(pending->report_mu);
+      if (pending->executor_alive) on_failure(status);
+    }
+  });
+}
+
+absl::Status Executor::MoveScratchToBackend(
+    std::vector<std::unique_ptr<TensorEntry>>& entries,
+    std::vector<void*>* temps) {
+  if (backend_->host_memory()) return absl::OkStatus();
+  for (auto& e : entries) {
+    if (!e->scratch) continue;
+    const size_t bytes = e->scratch->size();
+    auto mem = backend_->Allocate(bytes);
+    if (!mem.ok()) return mem.status();
+    temps->push_back(*mem);
+    backend_->Copy(*mem, e->scratch->data(), bytes);
+    e->input.data = e->output.data = *mem;
+    e->input.ready = nullptr;  // host zeros: nothing to wait for
+    // Outputs sized later (allgather, alltoall) go to backend memory too.
+    e->allocator = nullptr;
+  }
+  return absl::OkStatus();
+}
+
+void* Executor::FallbackOutput(size_t bytes, std::vector<void*>* temps) {
+  auto mem = backend_->Allocate(bytes);
+  if (!mem.ok()) return nullptr;
+  temps->push_back(*mem);
+  return *mem;
+}
+
 template <typename F>
 auto Executor::Phase(const wire::Response& r, const char* phase, F&& body,
                      const std::string& args) {
@@ -45,8 +172,27 @@ const char* Executor::CollectivePhase(const char* op) {
 }
 
 uint8_t* Executor::FusionBuffer(size_t bytes) {
-  if (fusion_.size() < bytes) fusion_.resize(bytes);
-  return fusion_.data();
+  if (fusion_ && fusion_bytes_ >= bytes) return fusion_;
+  if (fusion_) backend_->Free(fusion_);
+  fusion_ = nullptr;
+  fusion_bytes_ = 0;
+  auto mem = backend_->Allocate(bytes);
+  if (!mem.ok()) return nullptr;
+  fusion_ = static_cast<uint8_t*>(*mem);
+  fusion_bytes_ = bytes;
+  return fusion_;
+}
+
+uint8_t* Executor::GatherBuffer(size_t bytes) {
+  if (gather_send_ && gather_send_bytes_ >= bytes) return gather_send_;
+  if (gather_send_) backend_->Free(gather_send_);
+  gather_send_ = nullptr;
+  gather_send_bytes_ = 0;
+  auto mem = backend_->Allocate(bytes);
+  if (!mem.ok()) return nullptr;
+  gather_send_ = static_cast<uint8_t*>(*mem);
+  gather_send_bytes_ = bytes;
+  return gather_send_;
 }
 
 absl::Status Executor::Execute(
@@ -72,32 +218,61 @@ absl::Status Executor::Execute(
       return absl::OkStatus();
     case wire::RESPONSE_ALLTOALL:
       what = "alltoall";
-      s = Alltoall(r, *entries[0]);
       break;
     case wire::RESPONSE_REDUCESCATTER:
       what = "reducescatter";
-      s = Reducescatter(r, *entries[0]);
       break;
     case wire::RESPONSE_ALLREDUCE:
-      s = Allreduce(r, entries);
       break;
     case wire::RESPONSE_BROADCAST:
       what = "broadcast";
-      s = Broadcast(r, entries);
       break;
     case wire::RESPONSE_ALLGATHER:
       what = "allgather";
-      s = Allgather(r, entries);
       break;
     default:
       s = absl::InternalError("unknown response type");
+  }
+  std::vector<void*> temps;
+  if (s.ok()) s = MoveScratchToBackend(entries, &temps);
+  if (s.ok() && !backend_->host_memory()) {
+    std::vector<std::shared_ptr<ReadyEvent>> ready;
+    ready.reserve(entries.size());
+    for (auto& e : entries) ready.push_back(e->input.ready);
+    s = Phase(r, "WAIT_FOR_DATA", [&] { return backend_->WaitReady(ready); });
+  }
+  std::vector<Outcome> outcomes(entries.size());
+  if (s.ok()) {
+    switch (r.type()) {
+      case wire::RESPONSE_ALLTOALL:
+        s = Alltoall(r, *entries[0], &outcomes[0], &temps);
+        break;
+      case wire::RESPONSE_REDUCESCATTER:
+        s = Reducescatter(r, *entries[0]);
+        break;
+      case wire::RESPONSE_ALLREDUCE:
+        s = Allreduce(r, entries);
+        break;
+      case wire::RESPONSE_BROADCAST:
+        s = Broadcast(r, entries);
+        break;
+      case wire::RESPONSE_ALLGATHER:
+        s = Allgather(r, entries, &outcomes, &temps);
+        break;
+      default:
+        break;
+    }
   }
   if (!s.ok()) {
     s = absl::Status(s.code(), absl::StrCat(what, " of ", Names(r), " on rank ",
                                             rank_, ": ", s.message()));
     CompleteAll(entries, s);
+    // What was queued before the failure may still read the temporaries.
+    Finish(entries, std::move(outcomes), std::move(temps));
+    return s;
   }
-  return s;
+  Finish(entries, std::move(outcomes), std::move(temps));
+  return absl::OkStatus();
 }
 
 absl::Status Executor::Allreduce(
@@ -114,8 +289,6 @@ absl::Status Executor::Allreduce(
                      ? r.contributors()
                      : size_;
   }
-  const bool scale_in = r.prescale() != 1.0;
-  const bool scale_out = postscale != 1.0;
 
   uint8_t* buffer;
   size_t total = 0;
@@ -125,40 +298,44 @@ absl::Status Executor::Allreduce(
     TensorEntry& e = *entries[0];
     buffer = static_cast<uint8_t*>(e.output.data);
     if (total && e.output.data != e.input.data) {
-      std::memcpy(buffer, e.input.data, total * elem);
+      backend_->Copy(buffer, e.input.data, total * elem);
     }
   } else {
     buffer = FusionBuffer(total * elem);
+    if (buffer == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot allocate a fusion buffer of ", total * elem, " bytes"));
+    }
     Phase(r, "MEMCPY_IN_FUSION_BUFFER", [&] {
       size_t offset = 0;
       for (size_t i = 0; i < entries.size(); ++i) {
         const size_t bytes = r.elements(i) * elem;
-        if (bytes) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
+        if (bytes) backend_->Copy(buffer + offset, entries[i]->input.data, bytes);
         offset += bytes;
       }
       return 0;
     });
   }
-  if (scale_in) backend_->Scale(buffer, total, dtype, r.prescale());
   absl::Status s = Phase(
       r, CollectivePhase("ALLREDUCE"),
-      [&] { return backend_->Allreduce(buffer, total, dtype, op); },
+      [&] {
+        return backend_->AllreduceScaled(buffer, total, dtype, op,
+                                         r.prescale(), postscale);
+      },
       absl::StrCat("\"size\": ", total * elem, ", \"batch\": ", batch_,
                    ", \"tensors\": ", entries.size()));
   if (!s.ok()) return s;
-  if (scale_out) backend_->Scale(buffer, total, dtype, postscale);
   if (entries.size() > 1) {
     Phase(r, "MEMCPY_OUT_FUSION_BUFFER", [&] {
       size_t offset = 0;
       for (size_t i = 0; i < entries.size(); ++i) {
         const size_t bytes = r.elements(i) * elem;
-        if (bytes) std::memcpy(entries[i]->output.data, buffer + offset, bytes);
+        if (bytes) backend_->Copy(entries[i]->output.data, buffer + offset, bytes);
         offset += bytes;
       }
       return 0;
     });
   }
-  CompleteAll(entries, absl::OkStatus());
   return absl::OkStatus();
 }
 
@@ -167,43 +344,45 @@ absl::Status Executor::Broadcast(
     std::vector<std::unique_ptr<TensorEntry>>& entries) {
   const size_t elem = DataTypeSize(static_cast<DataType>(r.dtype()));
   const int root = r.root();
-  absl::Status s;
   if (entries.size() == 1) {
-    s = Phase(r, CollectivePhase("BROADCAST"), [&] {
+    return Phase(r, CollectivePhase("BROADCAST"), [&] {
       return backend_->Broadcast(entries[0]->input.data, r.elements(0) * elem,
                                  root);
     });
-  } else {
-    size_t total = 0;
-    for (int64_t e : r.elements()) total += e * elem;
-    uint8_t* buffer = FusionBuffer(total);
-    if (rank_ == root) {
-      size_t offset = 0;
-      for (size_t i = 0; i < entries.size(); ++i) {
-        const size_t bytes = r.elements(i) * elem;
-        if (bytes) std::memcpy(buffer + offset, entries[i]->input.data, bytes);
-        offset += bytes;
-      }
-    }
-    s = Phase(r, CollectivePhase("BROADCAST"),
-              [&] { return backend_->Broadcast(buffer, total, root); });
-    if (s.ok() && rank_ != root) {
-      size_t offset = 0;
-      for (size_t i = 0; i < entries.size(); ++i) {
-        const size_t bytes = r.elements(i) * elem;
-        if (bytes) std::memcpy(entries[i]->input.data, buffer + offset, bytes);
-        offset += bytes;
-      }
+  }
+  size_t total = 0;
+  for (int64_t e : r.elements()) total += e * elem;
+  uint8_t* buffer = FusionBuffer(total);
+  if (buffer == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate a fusion buffer of ", total, " bytes"));
+  }
+  if (rank_ == root) {
+    size_t offset = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const size_t bytes = r.elements(i) * elem;
+      if (bytes) backend_->Copy(buffer + offset, entries[i]->input.data, bytes);
+      offset += bytes;
     }
   }
+  absl::Status s = Phase(r, CollectivePhase("BROADCAST"),
+                         [&] { return backend_->Broadcast(buffer, total, root); });
   if (!s.ok()) return s;
-  CompleteAll(entries, absl::OkStatus());
+  if (rank_ != root) {
+    size_t offset = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const size_t bytes = r.elements(i) * elem;
+      if (bytes) backend_->Copy(entries[i]->input.data, buffer + offset, bytes);
+      offset += bytes;
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status Executor::Allgather(
     const wire::Response& r,
-    std::vector<std::unique_ptr<TensorEntry>>& entries) {
+    std::vector<std::unique_ptr<TensorEntry>>& entries,
+    std::vector<Outcome>* outcomes, std::vector<void*>* temps) {
   const size_t elem = DataTypeSize(static_cast<DataType>(r.dtype()));
   const size_t n = entries.size();
   // first_dims[i * size + k]: rows of tensor i on rank k.
@@ -212,87 +391,85 @@ absl::Status Executor::Allgather(
   };
   std::vector<size_t> row_bytes(n);
   std::vector<void*> outputs(n);
-  std::vector<absl::Status> alloc_status(n);
-  std::vector<std::vector<uint8_t>> fallback(n);  // when an allocator fails
   for (size_t i = 0; i < n; ++i) {
     row_bytes[i] = r.elements(i) * elem;
     std::vector<int64_t> shape = entries[i]->input.shape;
     size_t total_rows = 0;
     for (int k = 0; k < size_; ++k) total_rows += rows(i, k);
     shape[0] = static_cast<int64_t>(total_rows);
-    auto out = entries[i]->allocator(shape);
-    if (out.ok() && (*out != nullptr || total_rows * row_bytes[i] == 0)) {
+    const size_t bytes = total_rows * row_bytes[i];
+    absl::StatusOr<void*> out =
+        entries[i]->allocator ? entries[i]->allocator(shape)
+                              : absl::StatusOr<void*>(FallbackOutput(bytes, temps));
+    if (out.ok() && (*out != nullptr || bytes == 0)) {
       outputs[i] = *out;
     } else {
-      alloc_status[i] = out.ok() ? absl::InternalError("allocator returned null")
-                                 : out.status();
+      absl::Status failed = out.ok() ? absl::InternalError("allocator returned null")
+                                     : out.status();
+      (*outcomes)[i].status = absl::Status(
+          failed.code(), absl::StrCat("allgather \"", r.names(i),
+                                      "\": output allocator failed: ",
+                                      failed.message()));
       // Still take part, so that the other ranks do not hang.
-      fallback[i].resize(total_rows * row_bytes[i]);
-      outputs[i] = fallback[i].data();
+      outputs[i] = FallbackOutput(bytes, temps);
+      if (outputs[i] == nullptr && bytes) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cannot allocate ", bytes, " bytes for the output"));
+      }
     }
+    std::vector<int64_t> splits(size_);
+    for (int k = 0; k < size_; ++k) splits[k] = rows(i, k);
+    (*outcomes)[i].splits = std::move(splits);
   }
 
   std::vector<size_t> block_bytes(size_, 0);
   for (int k = 0; k < size_; ++k) {
     for (size_t i = 0; i < n; ++i) block_bytes[k] += rows(i, k) * row_bytes[i];
   }
-  absl::Status s;
   if (n == 1) {
-    s = Phase(r, CollectivePhase("ALLGATHER"), [&] {
+    return Phase(r, CollectivePhase("ALLGATHER"), [&] {
       return backend_->Allgatherv(entries[0]->input.data, outputs[0],
                                   block_bytes);
     });
-  } else {
-    if (gather_send_.size() < block_bytes[rank_]) {
-      gather_send_.resize(block_bytes[rank_]);
-    }
-    size_t offset = 0;
-    for (size_t i = 0; i < n; ++i) {
-      const size_t bytes = rows(i, rank_) * row_bytes[i];
-      if (bytes) std::memcpy(gather_send_.data() + offset, entries[i]->input.data, bytes);
-      offset += bytes;
-    }
-    size_t total = 0;
-    for (size_t b : block_bytes) total += b;
-    uint8_t* buffer = FusionBuffer(total);
-    s = Phase(r, CollectivePhase("ALLGATHER"), [&] {
-      return backend_->Allgatherv(gather_send_.data(), buffer, block_bytes);
-    });
-    if (s.ok()) {
-      // Block k holds rank k's rows of tensor 0, then of tensor 1, ...
-      std::vector<size_t> out_offset(n, 0);
-      size_t in_offset = 0;
-      for (int k = 0; k < size_; ++k) {
-        for (size_t i = 0; i < n; ++i) {
-          const size_t bytes = rows(i, k) * row_bytes[i];
-          if (bytes) {
-            std::memcpy(static_cast<uint8_t*>(outputs[i]) + out_offset[i],
-                        buffer + in_offset, bytes);
-          }
-          out_offset[i] += bytes;
-          in_offset += bytes;
-        }
-      }
-    }
   }
-  if (!s.ok()) return s;
+  uint8_t* send = GatherBuffer(block_bytes[rank_]);
+  size_t total = 0;
+  for (size_t b : block_bytes) total += b;
+  uint8_t* buffer = FusionBuffer(total);
+  if ((send == nullptr && block_bytes[rank_]) || (buffer == nullptr && total)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot allocate fusion buffers of ", block_bytes[rank_], " and ",
+        total, " bytes"));
+  }
+  size_t offset = 0;
   for (size_t i = 0; i < n; ++i) {
-    std::vector<int64_t> splits(size_);
-    for (int k = 0; k < size_; ++k) splits[k] = rows(i, k);
-    if (!alloc_status[i].ok()) {
-      entries[i]->Complete(absl::Status(
-          alloc_status[i].code(),
-          absl::StrCat("allgather \"", r.names(i),
-                       "\": output allocator failed: ",
-                       alloc_status[i].message())));
-    } else {
-      entries[i]->Complete(absl::OkStatus(), std::move(splits));
+    const size_t bytes = rows(i, rank_) * row_bytes[i];
+    if (bytes) backend_->Copy(send + offset, entries[i]->input.data, bytes);
+    offset += bytes;
+  }
+  absl::Status s = Phase(r, CollectivePhase("ALLGATHER"), [&] {
+    return backend_->Allgatherv(send, buffer, block_bytes);
+  });
+  if (!s.ok()) return s;
+  // Block k holds rank k's rows of tensor 0, then of tensor 1, ...
+  std::vector<size_t> out_offset(n, 0);
+  size_t in_offset = 0;
+  for (int k = 0; k < size_; ++k) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t bytes = rows(i, k) * row_bytes[i];
+      if (bytes) {
+        backend_->Copy(static_cast<uint8_t*>(outputs[i]) + out_offset[i],
+                       buffer + in_offset, bytes);
+      }
+      out_offset[i] += bytes;
+      in_offset += bytes;
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status Executor::Alltoall(const wire::Response& r, TensorEntry& e) {
+absl::Status Executor::Alltoall(const wire::Response& r, TensorEntry& e,
+                                Outcome* outcome, std::vector<void*>* temps) {
   const size_t row_bytes =
       r.elements(0) * DataTypeSize(static_cast<DataType>(r.dtype()));
   // first_dims[k * size + j]: rows rank k sends to rank j.
@@ -307,31 +484,30 @@ absl::Status Executor::Alltoall(const wire::Response& r, TensorEntry& e) {
   }
   std::vector<int64_t> shape = e.input.shape;
   shape[0] = rows;
-  auto out = e.allocator(shape);
-  std::vector<uint8_t> fallback;
-  absl::Status alloc_status;
+  const size_t bytes = rows * row_bytes;
+  absl::StatusOr<void*> out =
+      e.allocator ? e.allocator(shape)
+                  : absl::StatusOr<void*>(FallbackOutput(bytes, temps));
   void* output = nullptr;
-  if (out.ok() && (*out != nullptr || rows * row_bytes == 0)) {
+  if (out.ok() && (*out != nullptr || bytes == 0)) {
     output = *out;
   } else {
-    alloc_status = out.ok() ? absl::InternalError("allocator returned null")
-                            : out.status();
-    fallback.resize(rows * row_bytes);  // still take part
-    output = fallback.data();
+    absl::Status failed = out.ok() ? absl::InternalError("allocator returned null")
+                                   : out.status();
+    outcome->status = absl::Status(
+        failed.code(), absl::StrCat("alltoall \"", r.names(0),
+                                    "\": output allocator failed: ",
+                                    failed.message()));
+    output = FallbackOutput(bytes, temps);  // still take part
+    if (output == nullptr && bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes for the output"));
+    }
   }
-  absl::Status s = Phase(r, CollectivePhase("ALLTOALL"), [&] {
+  outcome->splits = std::move(splits);
+  return Phase(r, CollectivePhase("ALLTOALL"), [&] {
     return backend_->Alltoallv(e.input.data, send, output, recv);
   });
-  if (!s.ok()) return s;
-  if (!alloc_status.ok()) {
-    e.Complete(absl::Status(alloc_status.code(),
-                            absl::StrCat("alltoall \"", r.names(0),
-                                         "\": output allocator failed: ",
-                                         alloc_status.message())));
-  } else {
-    e.Complete(absl::OkStatus(), std::move(splits));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status Executor::Reducescatter(const wire::Response& r, TensorEntry& e) {
@@ -339,44 +515,57 @@ absl::Status Executor::Reducescatter(const wire::Response& r, TensorEntry& e) {
   const size_t elem = DataTypeSize(dtype);
   const size_t row = r.elements(0);
   const int64_t rows = r.first_dims(0);
-  // Rank k owns rows [offset_k, offset_k + share_k).
-  std::vector<size_t> send(size_);
-  for (int k = 0; k < size_; ++k) {
-    send[k] = (rows / size_ + (k < rows % size_ ? 1 : 0)) * row * elem;
-  }
-  const size_t mine = send[rank_];
-  const size_t mine_count = mine / elem;
-  // Pre-scale on a copy: the input belongs to the caller.
-  const void* input = e.input.data;
-  if (r.prescale() != 1.0) {
-    uint8_t* copy = FusionBuffer(rows * row * elem);
-    if (rows * row) std::memcpy(copy, input, rows * row * elem);
-    backend_->Scale(copy, rows * row, dtype, r.prescale());
-    input = copy;
-  }
-  // Every rank sends rank k its rows of k's share; k reduces the chunks in
-  // rank order, so the result is the same bits wherever it is computed.
-  if (gather_send_.size() < mine * size_) gather_send_.resize(mine * size_);
-  std::vector<size_t> recv(size_, mine);
-  absl::Status s = Phase(r, CollectivePhase("REDUCESCATTER"), [&] {
-    return backend_->Alltoallv(input, send, gather_send_.data(), recv);
-  });
-  if (!s.ok()) return s;
   ReduceOp op = static_cast<ReduceOp>(r.op());
   double postscale = r.postscale();
   if (op == ReduceOp::kAverage) {
     op = ReduceOp::kSum;
     postscale /= size_;
   }
+  // Rank k owns rows [offset_k, offset_k + share_k).
+  std::vector<size_t> counts(size_);
+  for (int k = 0; k < size_; ++k) {
+    counts[k] = (rows / size_ + (k < rows % size_ ? 1 : 0)) * row;
+  }
+  if (!backend_->host_memory()) {
+    return Phase(r, CollectivePhase("REDUCESCATTER"), [&] {
+      return backend_->Reducescatterv(e.input.data, e.output.data, counts,
+                                      dtype, op, r.prescale(), postscale);
+    });
+  }
+  std::vector<size_t> send(size_);
+  for (int k = 0; k < size_; ++k) send[k] = counts[k] * elem;
+  const size_t mine = send[rank_];
+  const size_t mine_count = counts[rank_];
+  // Pre-scale on a copy: the input belongs to the caller.
+  const void* input = e.input.data;
+  if (r.prescale() != 1.0) {
+    uint8_t* copy = FusionBuffer(rows * row * elem);
+    if (copy == nullptr && rows * row) {
+      return absl::ResourceExhaustedError("cannot allocate a fusion buffer");
+    }
+    if (rows * row) std::memcpy(copy, input, rows * row * elem);
+    backend_->Scale(copy, rows * row, dtype, r.prescale());
+    input = copy;
+  }
+  // Every rank sends rank k its rows of k's share; k reduces the chunks in
+  // rank order, so the result is the same bits wherever it is computed.
+  uint8_t* chunks = GatherBuffer(mine * size_);
+  if (chunks == nullptr && mine) {
+    return absl::ResourceExhaustedError("cannot allocate a receive buffer");
+  }
+  std::vector<size_t> recv(size_, mine);
+  absl::Status s = Phase(r, CollectivePhase("REDUCESCATTER"), [&] {
+    return backend_->Alltoallv(input, send, chunks, recv);
+  });
+  if (!s.ok()) return s;
   uint8_t* out = static_cast<uint8_t*>(e.output.data);
   if (mine) {
-    std::memcpy(out, gather_send_.data(), mine);
+    std::memcpy(out, chunks, mine);
     for (int k = 1; k < size_; ++k) {
-      backend_->Combine(out, gather_send_.data() + k * mine, mine_count, dtype, op);
+      backend_->Combine(out, chunks + k * mine, mine_count, dtype, op);
     }
     if (postscale != 1.0) backend_->Scale(out, mine_count, dtype, postscale);
   }
-  e.Complete(absl::OkStatus());
   return absl::OkStatus();
 }
 

@@ -1,13 +1,19 @@
 // Executor: runs one (possibly fused) response on this rank: pack into the
 // persistent fusion buffer, one backend collective, unpack, scale, complete
 // the Works. A lone tensor skips the fusion buffer (no copy fusion does not
-// need).
+// need). One executor per process set and device type: it reaches tensor
+// memory only through its backend (memcpy for host backends, copies queued
+// on the stream for NCCL), and completes the Works when the backend says
+// the response is done (at once for host backends, from the completion
+// thread for device backends).
 //
-// Thread: owned by the background thread.
+// Thread: owned by the background thread; FailPending from any thread.
 #ifndef KOLO_RUNTIME_EXECUTOR_H_
 #define KOLO_RUNTIME_EXECUTOR_H_
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,13 +30,14 @@ class Executor {
  public:
   // `rank` and `size` are within the process set.
   // `timeline` (may be null) receives the execution phases of each tensor.
+  // `on_async_failure` (may be empty) is told, from the backend's
+  // completion thread, when a response the backend completes later failed.
   Executor(Backend* backend, int rank, int size, bool average_over_set_size,
-           Timeline* timeline)
-      : backend_(backend),
-        rank_(rank),
-        size_(size),
-        average_over_set_size_(average_over_set_size),
-        timeline_(timeline) {}
+           Timeline* timeline,
+           std::function<void(const absl::Status&)> on_async_failure = {});
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
 
   // `entries[i]` is this rank's entry for response.names(i). Completes every
   // entry's Work. Returns a non-OK status only when the collective itself
@@ -41,19 +48,47 @@ class Executor {
 
   // Bytes held by the persistent fusion buffers.
   size_t fusion_buffer_bytes() const {
-    return fusion_.capacity() + gather_send_.capacity();
+    return fusion_bytes_ + gather_send_bytes_;
   }
+  // Fails the Works of responses whose collectives were issued but have not
+  // completed (device backends). Thread-safe.
+  void FailPending(const absl::Status& status);
+  // Responses issued and not completed yet.
+  size_t pending() const;
 
  private:
+  struct Pending;
+  struct Outcome {
+    absl::Status status;
+    std::vector<int64_t> splits;
+  };
+  // Hands the entries to the backend's completion: each completes with
+  // outcomes[i] (or the backend's error); `temps` are freed then.
+  void Finish(std::vector<std::unique_ptr<TensorEntry>>& entries,
+              std::vector<Outcome> outcomes, std::vector<void*> temps);
+  // Device backends: the data of entries that the caller no longer owns
+  // (timed out) or that a joined rank contributes lives in host scratch;
+  // moves it to backend memory (freed with `temps`).
+  absl::Status MoveScratchToBackend(
+      std::vector<std::unique_ptr<TensorEntry>>& entries,
+      std::vector<void*>* temps);
+  // Memory for an output whose allocator failed: the rank still takes part.
+  void* FallbackOutput(size_t bytes, std::vector<void*>* temps);
   absl::Status Allreduce(const wire::Response& r,
                          std::vector<std::unique_ptr<TensorEntry>>& entries);
   absl::Status Broadcast(const wire::Response& r,
                          std::vector<std::unique_ptr<TensorEntry>>& entries);
   absl::Status Allgather(const wire::Response& r,
-                         std::vector<std::unique_ptr<TensorEntry>>& entries);
-  absl::Status Alltoall(const wire::Response& r, TensorEntry& entry);
+                         std::vector<std::unique_ptr<TensorEntry>>& entries,
+                         std::vector<Outcome>* outcomes,
+                         std::vector<void*>* temps);
+  absl::Status Alltoall(const wire::Response& r, TensorEntry& entry,
+                        Outcome* outcome, std::vector<void*>* temps);
   absl::Status Reducescatter(const wire::Response& r, TensorEntry& entry);
+  // Persistent; grows, never shrinks. Null when the backend cannot
+  // allocate (the response then fails on this rank).
   uint8_t* FusionBuffer(size_t bytes);
+  uint8_t* GatherBuffer(size_t bytes);
   // "GLOO_ALLREDUCE" for op "ALLREDUCE"; the pointer stays valid.
   const char* CollectivePhase(const char* op);
   // Runs `body` as timeline phase `phase` of every tensor of `r`.
@@ -68,9 +103,14 @@ class Executor {
   Timeline* const timeline_;
   int64_t batch_ = 0;  // fused-batch id, for the timeline
   std::set<std::string> phase_names_;
-  std::vector<uint8_t> fusion_;       // persistent; grows, never shrinks
-  std::vector<uint8_t> gather_send_;  // allgather: this rank's packed block;
-                                      // reducescatter: received chunks
+  uint8_t* fusion_ = nullptr;
+  size_t fusion_bytes_ = 0;
+  uint8_t* gather_send_ = nullptr;  // allgather: this rank's packed block;
+  size_t gather_send_bytes_ = 0;    // reducescatter: received chunks
+  std::function<void(const absl::Status&)> on_async_failure_;
+  // Entries handed to the backend and not completed yet; shared with the
+  // completion callbacks, which may outlive a response.
+  std::shared_ptr<Pending> pending_;
 };
 
 }  // namespace kolo

@@ -7,8 +7,7 @@ namespace {
 
 bool Compatible(const wire::Response& a, const wire::Response& b) {
   if (a.type() != b.type() || a.dtype() != b.dtype() ||
-      a.device_type() != b.device_type() ||
-      a.device_index() != b.device_index()) {
+      a.device_type() != b.device_type()) {
     return false;
   }
   switch (a.type()) {

@@ -40,6 +40,17 @@ absl::Status CheckTensor(const char* op, const std::string& name,
                    absl::StrCat(role, " is on ", t.device.ToString(),
                                 ", for which this build has no backend"));
   }
+  if (t.device.index < 0) {
+    return Invalid(op, name, absl::StrCat(role, " has a negative device index ",
+                                          t.device.index));
+  }
+  absl::Status usable = BackendRegistry::Get().CheckDevice(t.device);
+  if (!usable.ok()) {
+    return absl::Status(usable.code(),
+                        absl::StrCat(op, " \"", name, "\": ",
+                                     role, " is on ", t.device.ToString(), ": ",
+                                     usable.message()));
+  }
   return absl::OkStatus();
 }
 

@@ -43,8 +43,27 @@ RuntimeImpl::~RuntimeImpl() {
       thread_.join();
     }
   }
-  timeline_.Stop();
+  // No control-plane reader calls Fatal() after this.
   if (control_) control_->Close();
+  // Then the device paths, while everything their failure reports reach
+  // (Fatal) still exists; each executor goes before its backend, whose
+  // destructor fails what is still queued on the device.
+  std::vector<std::pair<std::unique_ptr<Executor>, std::unique_ptr<Backend>>>
+      device_paths;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, set] : sets_) {
+      if (set->cuda_executor) {
+        device_paths.emplace_back(std::move(set->cuda_executor),
+                                  std::move(set->cuda_backend));
+      }
+    }
+  }
+  for (auto& [executor, backend] : device_paths) {
+    executor.reset();
+    backend.reset();
+  }
+  timeline_.Stop();
   if (store_server_) store_server_->Stop();
 }
 
@@ -190,19 +209,26 @@ absl::StatusOr<bool> AllOnHost(Store& store, const std::vector<int>& ranks,
 
 }  // namespace
 
+BackendContext RuntimeImpl::SetContext(const ProcessSetState& set,
+                                       const std::string& prefix) const {
+  BackendContext context;
+  context.rank = set.rank;
+  context.size = set.size();
+  context.store = NewPrefixStore(absl::StrCat(prefix, "/set", set.id), store_);
+  context.bind_addr = options_.bind_addr;
+  context.start_timeout = options_.start_timeout;
+  context.op_timeout = options_.op_timeout;
+  context.hierarchical_allreduce = options_.hierarchical_allreduce;
+  return context;
+}
+
 // CPU backend: shm when KOLO_SHM is on, the shm backend is linked in and
 // every rank of the set is on this host; gloo otherwise, and also when shm
 // cannot start (the shm factory fails on every rank alike, so every rank
 // falls back together).
 absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
   if (!set.member()) return absl::OkStatus();
-  BackendContext context;
-  context.rank = set.rank;
-  context.size = set.size();
-  context.store = NewPrefixStore(absl::StrCat("gloo/set", set.id), store_);
-  context.bind_addr = options_.bind_addr;
-  context.start_timeout = options_.start_timeout;
-  context.op_timeout = options_.op_timeout;
+  BackendContext context = SetContext(set, "gloo");
   std::unique_ptr<Backend> chosen;
   if (options_.shm && BackendRegistry::Get().Has(DeviceType::kCpu, "shm")) {
     auto local = AllOnHost(*store_, set.ranks, options_.rank,
@@ -210,9 +236,8 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
     if (!local.ok()) return local.status();
     context.all_ranks_on_host = *local;
     if (*local) {
-      BackendContext shm_context = context;
-      shm_context.store =
-          NewPrefixStore(absl::StrCat("shm/set", set.id), store_);
+      BackendContext shm_context = SetContext(set, "shm");
+      shm_context.all_ranks_on_host = true;
       auto shm = BackendRegistry::Get().Create(DeviceType::kCpu, "shm",
                                                shm_context);
       if (shm.ok()) {
@@ -236,6 +261,41 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
       set.backend.get(), set.rank, set.size(),
       options_.join_average_over_set_size,
       options_.rank == 0 ? &timeline_ : nullptr);
+  return absl::OkStatus();
+}
+
+absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
+                                            const Device& device) {
+  if (set.cuda_executor) return absl::OkStatus();
+  BackendContext context = SetContext(set, "cuda");
+  context.device = device;
+  context.hosts.reserve(set.ranks.size());
+  for (int r : set.ranks) {
+    auto host = store_->Get(absl::StrCat("host/", r), options_.start_timeout);
+    if (!host.ok()) return host.status();
+    context.hosts.push_back(*host);
+  }
+  auto backend = BackendRegistry::Get().Create(DeviceType::kCuda, context);
+  if (!backend.ok()) {
+    return absl::Status(
+        backend.status().code(),
+        absl::StrCat("process set ", set.id, ": rank ", options_.rank,
+                     " cannot start its CUDA backend on ", device.ToString(),
+                     ": ", backend.status().message()));
+  }
+  logger_.Info(absl::StrCat("process set ", set.id, ": CUDA tensors over ",
+                            (*backend)->name(), " on ", device.ToString()));
+  // The executor reports only while it exists, and ~RuntimeImpl destroys
+  // it first (see there): `this` outlives every report.
+  auto executor = std::make_unique<Executor>(
+      backend->get(), set.rank, set.size(),
+      options_.join_average_over_set_size,
+      options_.rank == 0 ? &timeline_ : nullptr,
+      [this](const absl::Status& status) { Fatal(status); });
+  // Fatal() reads them from other threads.
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  set.cuda_backend = std::move(*backend);
+  set.cuda_executor = std::move(executor);
   return absl::OkStatus();
 }
 
@@ -272,6 +332,23 @@ absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
     return absl::FailedPreconditionError(absl::StrCat(
         CollectiveName(entry.request.type()), " \"", entry.request.name(),
         "\": the runtime was shut down"));
+  }
+  if (entry.input.device.type == DeviceType::kCuda) {
+    // One NCCL communicator per process set and rank: on one GPU.
+    auto set = MemberSet(entry.request.process_set(),
+                         CollectiveName(entry.request.type()));
+    if (!set.ok()) return set.status();
+    int expected = -1;
+    const int index = entry.input.device.index;
+    if (!(*set)->cuda_device.compare_exchange_strong(expected, index) &&
+        expected != index) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          CollectiveName(entry.request.type()), " \"", entry.request.name(),
+          "\": the tensor is on cuda:", index, " but rank ", options_.rank,
+          " already runs process set ", entry.request.process_set(),
+          " on cuda:", expected,
+          "; a rank uses one GPU per process set"));
+    }
   }
   entry.request.set_rank(options_.rank);
   if (!entry.work) entry.work = std::make_shared<internal::WorkState>();
@@ -380,12 +457,25 @@ void RuntimeImpl::Fatal(const absl::Status& status) {
   // Closing our data-plane connections makes peers blocked in a collective
   // with us fail at once instead of at their timeout; ours ends the same way.
   std::vector<std::shared_ptr<ProcessSetState>> sets;
+  std::vector<std::pair<Executor*, Backend*>> device_paths;
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
-    for (auto& [id, set] : sets_) sets.push_back(set);
+    for (auto& [id, set] : sets_) {
+      sets.push_back(set);
+      if (set->cuda_executor) {
+        device_paths.emplace_back(set->cuda_executor.get(),
+                                  set->cuda_backend.get());
+      }
+    }
   }
   for (auto& set : sets) {
     if (set->backend) set->backend->Close();
+  }
+  // Collectives already queued on a device fail now; the backend aborts
+  // its communicators so that nothing waits on them any more.
+  for (auto& [executor, backend] : device_paths) {
+    executor->FailPending(status);
+    backend->Close();
   }
   Notify();
 }
@@ -667,8 +757,13 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set, wire::Response response,
       const DataType dtype = static_cast<DataType>(response.dtype());
       entry->scratch = std::make_shared<std::vector<uint8_t>>(
           response.elements(i) * DataTypeSize(dtype));
+      Device device;
+      if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
+        const int index = set.cuda_device.load();
+        device = Device::Cuda(index >= 0 ? index : options_.local_rank);
+      }
       entry->input = entry->output = TensorView(
-          entry->scratch->data(), dtype, {response.elements(i)});
+          entry->scratch->data(), dtype, {response.elements(i)}, device);
       entry->work = std::make_shared<internal::WorkState>();
     }
     if (!entry) {
@@ -697,11 +792,22 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set, wire::Response response,
     ++counters_.collectives_executed;
     counters_.tensors_executed += static_cast<int64_t>(entries.size());
   }
+  Executor* executor = set.executor.get();
+  if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
+    absl::Status connected =
+        ConnectDevicePath(set, entries.front()->input.device);
+    if (!connected.ok()) {
+      for (auto& e : entries) e->Complete(connected);
+      Fatal(connected);
+      return;
+    }
+    executor = set.cuda_executor.get();
+  }
   {
     std::lock_guard<std::mutex> lock(executing_mu_);
     for (auto& e : entries) executing_.push_back(e.get());
   }
-  absl::Status s = set.executor->Execute(response, entries);
+  absl::Status s = executor->Execute(response, entries);
   {
     std::lock_guard<std::mutex> lock(executing_mu_);
     executing_.clear();

@@ -41,9 +41,17 @@ struct ProcessSetState {
   int id = 0;
   std::vector<int> ranks;  // global ranks, sorted
   int rank = -1;           // this process's rank in the set; -1: not a member
-  // Members only (background thread):
+  // Members only (background thread). The CPU path is connected when the
+  // set is; the CUDA path when the set's first CUDA response runs (on every
+  // rank at the same point of the response order). Each executor is
+  // declared after its backend, so that it goes first.
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Executor> executor;
+  std::unique_ptr<Backend> cuda_backend;
+  std::unique_ptr<Executor> cuda_executor;
+  // The GPU this rank's CUDA tensors of the set are on: fixed by the first
+  // one submitted (-1: none yet). Caller threads.
+  std::atomic<int> cuda_device{-1};
   std::unique_ptr<ResponseCache> own_cache;
   ResponseCache* cache = nullptr;  // own_cache, or the coordinator's on rank 0
   int64_t executed_seq = 0;
@@ -95,6 +103,11 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
                        bool apply_cache);
   void RegisterProcessSet(int id, std::vector<int> ranks);
   absl::Status ConnectProcessSet(ProcessSetState& set);
+  // The set's CUDA backend and executor on `device`, created on first use.
+  absl::Status ConnectDevicePath(ProcessSetState& set, const Device& device);
+  // What a backend of the set gets to connect with.
+  BackendContext SetContext(const ProcessSetState& set,
+                            const std::string& prefix) const;
   void Notify();
   // Fails all pending and future work with `status`. Any thread.
   void Fatal(const absl::Status& status);

@@ -2,6 +2,7 @@
 // the default context behind the free functions.
 #include "kolo/torch/context.h"
 
+#include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -108,19 +109,39 @@ at::Tensor CheckedTensor(const at::Tensor& t, const char* op,
 }
 
 // The runtime's collectives run on their own streams: work queued on the
-// tensor's current stream must have finished before the runtime reads it.
-void SynchronizeProducer(const at::Tensor& t) {
-  if (t.device().is_cpu()) return;
-  c10::impl::getDeviceGuardImpl(t.device().type())
-      ->getStream(t.device())
-      .synchronize();
-}
+// tensor's current stream (the kernels that produce it, and earlier users
+// of memory the caching allocator handed out again) must have finished
+// before the runtime touches it. An event recorded on that stream now; the
+// runtime polls it on its own thread, so the caller never blocks. Uses only
+// c10's device-generic interface: it builds against a CPU-only LibTorch and
+// works with a CUDA one.
+class StreamReadyEvent : public kolo::ReadyEvent {
+ public:
+  explicit StreamReadyEvent(const at::Tensor& t)
+      : event_(t.device().type()) {
+    event_.record(
+        c10::impl::getDeviceGuardImpl(t.device().type())->getStream(t.device()));
+  }
+  bool Ready() override {
+    // c10::Event is not thread-safe; the runtime may poll from two threads.
+    std::lock_guard<std::mutex> lock(mu_);
+    return event_.query();
+  }
+
+ private:
+  std::mutex mu_;
+  c10::Event event_;
+};
 
 kolo::TensorView ViewOf(const at::Tensor& contiguous, const char* op,
                         const std::string& name) {
-  return kolo::TensorView(
-      contiguous.data_ptr(), ToDataType(contiguous, op, name),
-      contiguous.sizes().vec(), ToDevice(contiguous, op, name));
+  kolo::TensorView view(contiguous.data_ptr(), ToDataType(contiguous, op, name),
+                        contiguous.sizes().vec(),
+                        ToDevice(contiguous, op, name));
+  if (!contiguous.device().is_cpu()) {
+    view.ready = std::make_shared<StreamReadyEvent>(contiguous);
+  }
+  return view;
 }
 
 // The buffer the runtime works on for an in-place collective on `caller`'s
@@ -232,7 +253,6 @@ int Context::cross_size() const { return runtime_->cross_size(); }
 
 template <typename Submit>
 Handle Context::Track(std::shared_ptr<PendingOp> op, Submit submit) {
-  for (const at::Tensor& buffer : op->buffers) SynchronizeProducer(buffer);
   absl::StatusOr<kolo::Work> work = submit();
   if (!work.ok()) throw Error(work.status());
   op->work = *std::move(work);

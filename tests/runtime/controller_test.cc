@@ -258,7 +258,18 @@ TEST(BuildResponse, DeviceMismatchIsAnError) {
   b.set_device_type(static_cast<int>(DeviceType::kCuda));
   wire::Response r = BuildResponse({a, b});
   ASSERT_EQ(r.type(), wire::RESPONSE_ERROR);
-  EXPECT_THAT(r.error(), HasSubstr("device mismatch: rank 0 has cpu; rank 1 has cuda:0"));
+  EXPECT_THAT(r.error(), HasSubstr("device mismatch: rank 0 has cpu; rank 1 has cuda"));
+}
+
+TEST(BuildResponse, EachRankMayUseItsOwnGpu) {
+  wire::Request a = Allreduce("d", {1});
+  a.set_device_type(static_cast<int>(DeviceType::kCuda));
+  a.set_device_index(0);
+  wire::Request b = a;
+  b.set_device_index(1);
+  wire::Response r = BuildResponse({a, b});
+  ASSERT_EQ(r.type(), wire::RESPONSE_ALLREDUCE) << r.error();
+  EXPECT_EQ(r.device_type(), static_cast<int>(DeviceType::kCuda));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #define KOLO_TENSOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,11 +14,27 @@
 
 namespace kolo {
 
+// ReadyEvent: tells the runtime when a device tensor has been written. A
+// CUDA tensor is usually still being produced by kernels queued on a stream
+// when its collective is submitted; the frontend records an event on that
+// stream and passes it here. The runtime polls Ready() on its own threads
+// (the caller never blocks) before any byte of the tensor is read.
+// Thread-safe: Ready() may be called from any thread.
+class ReadyEvent {
+ public:
+  virtual ~ReadyEvent() = default;
+  virtual bool Ready() = 0;
+};
+
 struct TensorView {
   void* data = nullptr;  // May be null when NumElements() == 0.
   DataType dtype = DataType::kFloat32;
   std::vector<int64_t> shape;  // Row-major, contiguous. {} is a scalar.
   Device device = Device::Cpu();
+  // CUDA tensors: when the contents are written (see ReadyEvent). Null: the
+  // collective is ordered after the device's legacy default stream, which
+  // suits programs that use no other stream. Ignored on the CPU.
+  std::shared_ptr<ReadyEvent> ready;
 
   TensorView() = default;
   TensorView(void* data, DataType dtype, std::vector<int64_t> shape,

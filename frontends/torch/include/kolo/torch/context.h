@@ -25,9 +25,12 @@
 // bfloat16, float32 or float64, any shape (0-dim and empty included), any
 // strides (non-contiguous tensors are sent through a contiguous copy; in-place
 // results are copied back). CUDA tensors are passed to the runtime on their
-// device after the current stream is synchronised; they need a runtime built
-// with a GPU backend. Until its Handle completes, an async collective owns
-// the tensor's memory: do not read or write it.
+// device with an event recorded on the current stream: the collective runs
+// on the runtime's own stream once the work queued before the call is done
+// (the caller never blocks), and a Handle completes once the result is
+// written. They need a runtime built with the NCCL backend (docs/gpu.md).
+// Until its Handle completes, an async collective owns the tensor's memory:
+// do not read or write it.
 //
 // Errors: every failure (a bad argument here, or an error of the runtime such
 // as a shape mismatch across ranks, a timeout or a lost rank) is thrown as
