@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -137,7 +138,7 @@ absl::Status RuntimeImpl::Start() {
   }
 
   // Which host this rank runs on, for ConnectProcessSet's choice of shm
-  // (see AllOnHost).
+  // (see HostsShareRanks) and hierarchical backends.
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   absl::Status published =
@@ -190,21 +191,16 @@ void RuntimeImpl::RegisterProcessSet(int id, std::vector<int> ranks) {
 
 namespace {
 
-// Whether every rank in `ranks` (global) published the same host identity
-// as `me` in Start(): "<cross rank>@<hostname>". The launcher's cross rank
-// keeps apart "hosts" that share a hostname (network namespaces in tests);
-// the shm backend checks the rest itself (a rank that cannot map the
-// segment makes every rank fall back).
-absl::StatusOr<bool> AllOnHost(Store& store, const std::vector<int>& ranks,
-                               int me, absl::Duration timeout) {
-  auto mine = store.Get(absl::StrCat("host/", me), timeout);
-  if (!mine.ok()) return mine.status();
-  for (int r : ranks) {
-    auto theirs = store.Get(absl::StrCat("host/", r), timeout);
-    if (!theirs.ok()) return theirs.status();
-    if (*theirs != *mine) return false;
+// Whether some host runs more than one of the set's ranks (`hosts`: each
+// rank's host identity as published in Start(), "<cross rank>@<hostname>";
+// the launcher's cross rank keeps apart "hosts" that share a hostname, as
+// network namespaces in tests do).
+bool HostsShareRanks(const std::vector<std::string>& hosts) {
+  std::set<std::string> seen;
+  for (const std::string& h : hosts) {
+    if (!seen.insert(h).second) return true;
   }
-  return true;
+  return false;
 }
 
 }  // namespace
@@ -222,24 +218,51 @@ BackendContext RuntimeImpl::SetContext(const ProcessSetState& set,
   return context;
 }
 
-// CPU backend: shm when KOLO_SHM is on, the shm backend is linked in and
-// every rank of the set is on this host; gloo otherwise, and also when shm
-// cannot start (the shm factory fails on every rank alike, so every rank
-// falls back together).
+absl::StatusOr<std::vector<std::string>> RuntimeImpl::SetHosts(
+    const ProcessSetState& set) const {
+  std::vector<std::string> hosts;
+  hosts.reserve(set.ranks.size());
+  for (int r : set.ranks) {
+    auto host = store_->Get(absl::StrCat("host/", r), options_.start_timeout);
+    if (!host.ok()) return host.status();
+    hosts.push_back(*host);
+  }
+  return hosts;
+}
+
+// CPU backend, with KOLO_SHM on: shm when every rank of the set is on this
+// host; shm within hosts and gloo between them ("shm+gloo") when the set
+// spans hosts and some host runs several of its ranks; gloo otherwise, and
+// also when shared memory cannot start (both factories fail on every rank
+// alike, so every rank falls back together).
 absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
   if (!set.member()) return absl::OkStatus();
   BackendContext context = SetContext(set, "gloo");
   std::unique_ptr<Backend> chosen;
-  if (options_.shm && BackendRegistry::Get().Has(DeviceType::kCpu, "shm")) {
-    auto local = AllOnHost(*store_, set.ranks, options_.rank,
-                           options_.start_timeout);
-    if (!local.ok()) return local.status();
-    context.all_ranks_on_host = *local;
-    if (*local) {
-      BackendContext shm_context = SetContext(set, "shm");
-      shm_context.all_ranks_on_host = true;
-      auto shm = BackendRegistry::Get().Create(DeviceType::kCpu, "shm",
-                                               shm_context);
+  const BackendRegistry& registry = BackendRegistry::Get();
+  if (options_.shm && registry.Has(DeviceType::kCpu, "shm")) {
+    auto hosts = SetHosts(set);
+    if (!hosts.ok()) return hosts.status();
+    context.hosts = *hosts;
+    context.all_ranks_on_host = true;
+    for (const std::string& h : *hosts) {
+      if (h != hosts->front()) context.all_ranks_on_host = false;
+    }
+    const char* name = nullptr;
+    const char* prefix = nullptr;
+    if (context.all_ranks_on_host) {
+      name = "shm";
+      prefix = "shm";
+    } else if (registry.Has(DeviceType::kCpu, "shm+gloo") &&
+               HostsShareRanks(*hosts)) {
+      name = "shm+gloo";
+      prefix = "hier";
+    }
+    if (name != nullptr) {
+      BackendContext shm_context = SetContext(set, prefix);
+      shm_context.hosts = context.hosts;
+      shm_context.all_ranks_on_host = context.all_ranks_on_host;
+      auto shm = registry.Create(DeviceType::kCpu, name, shm_context);
       if (shm.ok()) {
         chosen = std::move(*shm);
       } else if (set.rank == 0) {
@@ -269,12 +292,9 @@ absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
   if (set.cuda_executor) return absl::OkStatus();
   BackendContext context = SetContext(set, "cuda");
   context.device = device;
-  context.hosts.reserve(set.ranks.size());
-  for (int r : set.ranks) {
-    auto host = store_->Get(absl::StrCat("host/", r), options_.start_timeout);
-    if (!host.ok()) return host.status();
-    context.hosts.push_back(*host);
-  }
+  auto hosts = SetHosts(set);
+  if (!hosts.ok()) return hosts.status();
+  context.hosts = std::move(*hosts);
   auto backend = BackendRegistry::Get().Create(DeviceType::kCuda, context);
   if (!backend.ok()) {
     return absl::Status(

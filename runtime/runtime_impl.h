@@ -105,6 +105,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::Status ConnectProcessSet(ProcessSetState& set);
   // The set's CUDA backend and executor on `device`, created on first use.
   absl::Status ConnectDevicePath(ProcessSetState& set, const Device& device);
+  // Each set rank's host identity, as published in Start().
+  absl::StatusOr<std::vector<std::string>> SetHosts(
+      const ProcessSetState& set) const;
   // What a backend of the set gets to connect with.
   BackendContext SetContext(const ProcessSetState& set,
                             const std::string& prefix) const;
