@@ -12,7 +12,10 @@
 // Flags: --epochs N (2), --data-dir DIR (/usr/share/datasets/fashion-mnist),
 // --limit-train N / --limit-test N (use the first N images; 0 = all),
 // --batch-size N (64), --lr X (0.001), --log-interval STEPS (100),
-// --seed N (42), --min-accuracy PERCENT (exit 1 below it; 0 = no check).
+// --seed N (42), --min-accuracy PERCENT (exit 1 below it; 0 = no check),
+// --device cpu|cuda (cpu; cuda: each rank trains on GPU local_rank, its
+// gradients go over NCCL while the loss and accuracy sums stay CPU tensors).
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -37,13 +40,14 @@ struct Flags {
   int log_interval = 100;
   uint64_t seed = 42;
   double min_accuracy = 0;
+  std::string device = "cpu";
 };
 
 const char kUsage[] =
     "usage: %s [--epochs N] [--data-dir DIR] [--limit-train N] "
     "[--limit-test N]\n"
     "          [--batch-size N] [--lr X] [--log-interval STEPS] [--seed N]\n"
-    "          [--min-accuracy PERCENT]\n";
+    "          [--min-accuracy PERCENT] [--device cpu|cuda]\n";
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
   for (int i = 1; i < argc; ++i) {
@@ -83,6 +87,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     else if (arg == "--lr") {
       f->lr = std::strtod(value, &end);
       ok = *end == '\0' && f->lr > 0;
+    } else if (arg == "--device") {
+      f->device = value;
+      ok = f->device == "cpu" || f->device == "cuda";
     } else if (arg == "--min-accuracy") {
       f->min_accuracy = std::strtod(value, &end);
       ok = *end == '\0' && f->min_accuracy >= 0 && f->min_accuracy <= 100;
@@ -170,9 +177,28 @@ int main(int argc, char** argv) {
   try {
     kolo::torch::init();
     const int rank = kolo::torch::rank(), size = kolo::torch::size();
+    torch::Device device(torch::kCPU);
+    if (flags.device == "cuda") {
+      if (!torch::cuda::is_available()) {
+        std::fprintf(stderr,
+                     "mnist: --device cuda, but this LibTorch has no CUDA or "
+                     "no GPU is visible\n");
+        kolo::torch::shutdown();
+        return 2;
+      }
+      device = torch::Device(
+          torch::kCUDA, static_cast<c10::DeviceIndex>(
+                            kolo::torch::local_rank() %
+                            static_cast<int>(torch::cuda::device_count())));
+      train.images = train.images.to(device);
+      train.labels = train.labels.to(device);
+      test.images = test.images.to(device);
+      test.labels = test.labels.to(device);
+    }
     const int64_t n_train = train.images.size(0);
     torch::manual_seed(flags.seed + rank);  // different inits on purpose:
     kolo::examples::MnistNet model;         // broadcast_parameters fixes them
+    model->to(device);
     kolo::torch::DistributedOptimizer optimizer(
         std::make_unique<torch::optim::Adam>(
             model->parameters(), torch::optim::AdamOptions(flags.lr)),
@@ -206,7 +232,7 @@ int main(int argc, char** argv) {
       int64_t loss_count = 0, step = 0;
       while (auto indices = sampler.next(flags.batch_size)) {
         at::Tensor idx = torch::tensor(
-            std::vector<int64_t>(indices->begin(), indices->end()));
+            std::vector<int64_t>(indices->begin(), indices->end())).to(device);
         optimizer.zero_grad();
         at::Tensor loss = torch::nn::functional::cross_entropy(
             model->forward(train.images.index_select(0, idx)),
@@ -240,7 +266,7 @@ int main(int argc, char** argv) {
     // Each rank scores every size-th test image; the counts are summed.
     model->eval();
     torch::NoGradGuard no_grad;
-    at::Tensor mine = torch::arange(rank, test.images.size(0), size);
+    at::Tensor mine = torch::arange(rank, test.images.size(0), size).to(device);
     int64_t correct = 0;
     for (int64_t begin = 0; begin < mine.size(0); begin += 1000) {
       at::Tensor idx = mine.slice(0, begin, begin + 1000);
