@@ -53,8 +53,8 @@ Executor::~Executor() {
     std::lock_guard<std::mutex> lock(pending_->report_mu);
     pending_->executor_alive = false;
   }
-  if (fusion_) backend_->Free(fusion_);
-  if (gather_send_) backend_->Free(gather_send_);
+  if (fusion_.data) backend_->Free(fusion_.data);
+  if (gather_send_.data) backend_->Free(gather_send_.data);
 }
 
 void Executor::FailPending(const absl::Status& status) {
@@ -171,28 +171,15 @@ const char* Executor::CollectivePhase(const char* op) {
   return phase_names_.insert(std::move(phase)).first->c_str();
 }
 
-uint8_t* Executor::FusionBuffer(size_t bytes) {
-  if (fusion_ && fusion_bytes_ >= bytes) return fusion_;
-  if (fusion_) backend_->Free(fusion_);
-  fusion_ = nullptr;
-  fusion_bytes_ = 0;
+uint8_t* Executor::Grow(Buffer& buffer, size_t bytes) {
+  if (buffer.data && buffer.bytes >= bytes) return buffer.data;
+  if (buffer.data) backend_->Free(buffer.data);
+  buffer = Buffer();
   auto mem = backend_->Allocate(bytes);
   if (!mem.ok()) return nullptr;
-  fusion_ = static_cast<uint8_t*>(*mem);
-  fusion_bytes_ = bytes;
-  return fusion_;
-}
-
-uint8_t* Executor::GatherBuffer(size_t bytes) {
-  if (gather_send_ && gather_send_bytes_ >= bytes) return gather_send_;
-  if (gather_send_) backend_->Free(gather_send_);
-  gather_send_ = nullptr;
-  gather_send_bytes_ = 0;
-  auto mem = backend_->Allocate(bytes);
-  if (!mem.ok()) return nullptr;
-  gather_send_ = static_cast<uint8_t*>(*mem);
-  gather_send_bytes_ = bytes;
-  return gather_send_;
+  buffer.data = static_cast<uint8_t*>(*mem);
+  buffer.bytes = bytes;
+  return buffer.data;
 }
 
 absl::Status Executor::Execute(
@@ -301,7 +288,7 @@ absl::Status Executor::Allreduce(
       backend_->Copy(buffer, e.input.data, total * elem);
     }
   } else {
-    buffer = FusionBuffer(total * elem);
+    buffer = Grow(fusion_, total * elem);
     if (buffer == nullptr) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot allocate a fusion buffer of ", total * elem, " bytes"));
@@ -352,7 +339,7 @@ absl::Status Executor::Broadcast(
   }
   size_t total = 0;
   for (int64_t e : r.elements()) total += e * elem;
-  uint8_t* buffer = FusionBuffer(total);
+  uint8_t* buffer = Grow(fusion_, total);
   if (buffer == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot allocate a fusion buffer of ", total, " bytes"));
@@ -432,10 +419,10 @@ absl::Status Executor::Allgather(
                                   block_bytes);
     });
   }
-  uint8_t* send = GatherBuffer(block_bytes[rank_]);
+  uint8_t* send = Grow(gather_send_, block_bytes[rank_]);
   size_t total = 0;
   for (size_t b : block_bytes) total += b;
-  uint8_t* buffer = FusionBuffer(total);
+  uint8_t* buffer = Grow(fusion_, total);
   if ((send == nullptr && block_bytes[rank_]) || (buffer == nullptr && total)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "cannot allocate fusion buffers of ", block_bytes[rank_], " and ",
@@ -539,7 +526,7 @@ absl::Status Executor::Reducescatter(const wire::Response& r, TensorEntry& e) {
   // Pre-scale on a copy: the input belongs to the caller.
   const void* input = e.input.data;
   if (r.prescale() != 1.0) {
-    uint8_t* copy = FusionBuffer(rows * row * elem);
+    uint8_t* copy = Grow(fusion_, rows * row * elem);
     if (copy == nullptr && rows * row) {
       return absl::ResourceExhaustedError("cannot allocate a fusion buffer");
     }
@@ -549,7 +536,7 @@ absl::Status Executor::Reducescatter(const wire::Response& r, TensorEntry& e) {
   }
   // Every rank sends rank k its rows of k's share; k reduces the chunks in
   // rank order, so the result is the same bits wherever it is computed.
-  uint8_t* chunks = GatherBuffer(mine * size_);
+  uint8_t* chunks = Grow(gather_send_, mine * size_);
   if (chunks == nullptr && mine) {
     return absl::ResourceExhaustedError("cannot allocate a receive buffer");
   }

@@ -48,7 +48,7 @@ class Executor {
 
   // Bytes held by the persistent fusion buffers.
   size_t fusion_buffer_bytes() const {
-    return fusion_bytes_ + gather_send_bytes_;
+    return fusion_.bytes + gather_send_.bytes;
   }
   // Fails the Works of responses whose collectives were issued but have not
   // completed (device backends). Thread-safe.
@@ -85,10 +85,14 @@ class Executor {
   absl::Status Alltoall(const wire::Response& r, TensorEntry& entry,
                         Outcome* outcome, std::vector<void*>* temps);
   absl::Status Reducescatter(const wire::Response& r, TensorEntry& entry);
-  // Persistent; grows, never shrinks. Null when the backend cannot
+  // Backend memory, allocated once and reused; grows, never shrinks.
+  struct Buffer {
+    uint8_t* data = nullptr;
+    size_t bytes = 0;
+  };
+  // `buffer`, grown to at least `bytes`. Null when the backend cannot
   // allocate (the response then fails on this rank).
-  uint8_t* FusionBuffer(size_t bytes);
-  uint8_t* GatherBuffer(size_t bytes);
+  uint8_t* Grow(Buffer& buffer, size_t bytes);
   // "GLOO_ALLREDUCE" for op "ALLREDUCE"; the pointer stays valid.
   const char* CollectivePhase(const char* op);
   // Runs `body` as timeline phase `phase` of every tensor of `r`.
@@ -103,10 +107,9 @@ class Executor {
   Timeline* const timeline_;
   int64_t batch_ = 0;  // fused-batch id, for the timeline
   std::set<std::string> phase_names_;
-  uint8_t* fusion_ = nullptr;
-  size_t fusion_bytes_ = 0;
-  uint8_t* gather_send_ = nullptr;  // allgather: this rank's packed block;
-  size_t gather_send_bytes_ = 0;    // reducescatter: received chunks
+  Buffer fusion_;
+  Buffer gather_send_;  // allgather: this rank's packed block;
+                        // reducescatter: received chunks
   std::function<void(const absl::Status&)> on_async_failure_;
   // Entries handed to the backend and not completed yet; shared with the
   // completion callbacks, which may outlive a response.
