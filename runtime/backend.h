@@ -47,6 +47,18 @@ struct BackendContext {
   // KOLO_HIERARCHICAL_ALLREDUCE: device allreduce within the host and the
   // CPU backend between hosts.
   bool hierarchical_allreduce = false;
+  // How long a backend that waits in shared memory may poll before it
+  // sleeps (KOLO_SPIN_TIME; Note [Spin then block] in runtime/sync/wakeup.h).
+  absl::Duration spin_time = absl::Microseconds(50);
+};
+
+// One tensor of a fused allreduce (Backend::AllreducePieces): `count`
+// elements read from `input` and written to `output`, which may be the same
+// memory but must not overlap any other piece's.
+struct FusedPiece {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
 };
 
 // Split of `count` elements into `parts` consecutive shards: the first
@@ -62,6 +74,25 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
+
+  // Allreduce of several tensors as one, as if their inputs were packed
+  // back to back into one buffer, reduced with Allreduce and unpacked into
+  // the outputs (bitwise the same results), but without that buffer: a
+  // backend that can reads and writes the tensors in place. `count` is the
+  // sum of the pieces' counts. Only when SupportsAllreducePieces(count,
+  // dtype); a backend that offers it must let ranks mix the two calls for
+  // one collective (one rank may have to pack, e.g. because its tensors
+  // share memory), so it must communicate exactly as Allreduce does.
+  virtual bool SupportsAllreducePieces(size_t count, DataType dtype) const {
+    (void)count, (void)dtype;
+    return false;
+  }
+  virtual absl::Status AllreducePieces(const std::vector<FusedPiece>& pieces,
+                                       size_t count, DataType dtype,
+                                       ReduceOp op) {
+    (void)pieces, (void)count, (void)dtype, (void)op;
+    return absl::UnimplementedError("no in-place fused allreduce");
+  }
 
   // In place over `count` elements. `op` is never kAverage (the runtime
   // sums and scales). Every rank receives bitwise-identical results.

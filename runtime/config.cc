@@ -81,7 +81,9 @@ absl::Status ReadDuration(const EnvironmentMap& env, const std::string& var,
   const std::string* v = Find(env, var);
   if (!v) return absl::OkStatus();
   double parsed;
-  const char* what = unit == absl::Seconds(1) ? "seconds" : "milliseconds";
+  const char* what = unit == absl::Seconds(1)        ? "seconds"
+                     : unit == absl::Microseconds(1) ? "microseconds"
+                                                     : "milliseconds";
   if (!absl::SimpleAtod(*v, &parsed) || !std::isfinite(parsed) ||
       parsed < 0 || (!allow_zero && parsed == 0) || parsed > 1e9) {
     return Bad(var, *v,
@@ -709,6 +711,9 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
                                     /*allow_zero=*/true, &o.cycle_time));
   KOLO_RETURN_IF_ERROR(
       ReadInt32(env, "KOLO_CACHE_CAPACITY", 0, &o.cache_capacity));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_SPIN_TIME",
+                                    absl::Microseconds(1),
+                                    /*allow_zero=*/true, &o.spin_time));
   KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_OP_TIMEOUT", absl::Seconds(1),
                                     /*allow_zero=*/false, &o.op_timeout));
   KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_START_TIMEOUT", absl::Seconds(1),

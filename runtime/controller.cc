@@ -134,19 +134,30 @@ void Coordinator::MaybeReady(std::map<std::string, Pending>::iterator it,
     }
   }
   Ready ready;
-  ready.response = BuildResponse(by_rank, config_.global_ranks);
   ready.ready_at = now;
-  for (const auto* r : by_rank) {
-    if (r) {
-      ready.canonical = *r;
-      ready.canonical.set_rank(0);
-      break;
-    }
-  }
   // Served from the cache only if every rank sent the same id.
   ready.cache_id = p.cache_id[0];
   for (int r = 0; r < size_; ++r) {
     if (p.cache_id[r] != ready.cache_id) ready.cache_id = -1;
+  }
+  // Every rank sent the same current id, so every rank's request equals
+  // the cached one, which was validated when it entered the cache: its
+  // response is the cached one (the steady state of a training loop; no
+  // validation, no copies of the request).
+  const wire::Response* cached = ready.cache_id >= 0 && joined_.empty()
+                                     ? cache_.CachedResponse(ready.cache_id)
+                                     : nullptr;
+  if (cached && cached->type() != wire::RESPONSE_ERROR) {
+    ready.response = *cached;  // canonical stays empty: see TakeResponseList
+  } else {
+    ready.response = BuildResponse(by_rank, config_.global_ranks);
+    for (const auto* r : by_rank) {
+      if (r) {
+        ready.canonical = *r;
+        ready.canonical.set_rank(0);
+        break;
+      }
+    }
   }
   if (ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
     ready.response.set_value(next_process_set_id_++);
@@ -296,43 +307,47 @@ wire::ResponseList Coordinator::TakeResponseList() {
   list.set_process_set(config_.process_set);
   list.set_seq(++seq_);
   list.set_cache_frozen(!joined_.empty());
-  std::map<std::string, const Ready*> by_name;
   std::vector<wire::Response> singles;
-  for (const Ready& r : ready_) {
-    by_name[r.response.names(0)] = &r;
-    singles.push_back(r.response);
-  }
-  for (wire::Response& fused :
-       PlanFusion(std::move(singles), config_.fusion_threshold_bytes, size_)) {
+  singles.reserve(ready_.size());
+  for (Ready& r : ready_) singles.push_back(std::move(r.response));
+  std::vector<std::vector<size_t>> members;
+  std::vector<wire::Response> fused_list = PlanFusion(
+      std::move(singles), config_.fusion_threshold_bytes, size_, &members);
+  for (size_t b = 0; b < fused_list.size(); ++b) {
+    wire::Response& fused = fused_list[b];
     // The response cache's changes (Note [Response cache]); and a response
     // whose every member came by cache id travels as those ids.
     bool all_cached = IsData(fused);
-    for (const std::string& name : fused.names()) {
-      const Ready& r = *by_name.at(name);
+    for (size_t i : members[b]) {
+      const Ready& r = ready_[i];
       if (r.cache_id < 0 || !cache_.IsCurrent(r.cache_id)) all_cached = false;
     }
-    std::vector<int64_t> ids;
-    if (all_cached) {
-      for (const std::string& name : fused.names()) {
-        ids.push_back(by_name.at(name)->cache_id);
-      }
-    }
     if (!list.cache_frozen()) {
-      for (const std::string& name : fused.names()) {
-        const Ready& r = *by_name.at(name);
+      for (size_t k = 0; k < members[b].size(); ++k) {
+        const Ready& r = ready_[members[b][k]];
         if (!IsData(fused)) {
-          cache_.Erase(name, list.seq());
+          cache_.Erase(fused.names(static_cast<int>(k)), list.seq());
         } else if (all_cached) {
           cache_.Touch(r.cache_id);
         } else if (fused.type() == wire::RESPONSE_ALLREDUCE ||
                    fused.type() == wire::RESPONSE_BROADCAST) {
-          cache_.Insert(r.canonical, list.seq());
+          // A member served from the cache (MaybeReady) fused with others
+          // that were not: re-inserted from the cache's own copy.
+          // (A copy: Insert first evicts the entry it came from.)
+          if (r.canonical.name().empty() && r.cache_id >= 0) {
+            if (const wire::Request* c = cache_.Find(r.cache_id)) {
+              const wire::Request copy = *c;
+              cache_.Insert(copy, list.seq());
+            }
+          } else {
+            cache_.Insert(r.canonical, list.seq());
+          }
         }
       }
     }
     if (all_cached) {
       wire::Response compact;
-      for (int64_t id : ids) compact.add_cache_ids(id);
+      for (size_t i : members[b]) compact.add_cache_ids(ready_[i].cache_id);
       fused = std::move(compact);
     }
     *list.add_responses() = std::move(fused);

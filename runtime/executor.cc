@@ -1,7 +1,10 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstring>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -14,6 +17,36 @@ std::string Names(const wire::Response& r) {
   if (r.names_size() == 1) return absl::StrCat("\"", r.names(0), "\"");
   return absl::StrCat(r.names_size(), " fused tensors (\"", r.names(0),
                       "\", ...)");
+}
+
+// Note [Fusion without a buffer]
+// A fused allreduce packs its tensors into the fusion buffer, reduces it and
+// unpacks it: two extra copies of every byte. A backend that implements
+// Backend::AllreducePieces (shm) instead reads each input and writes each
+// output in place, with bitwise the same results; the runtime packs only
+// when the backend does not offer it for this size (small lists, other
+// backends), when a prescale factor must be applied to the inputs first, or
+// when this rank's tensors share memory (the packed order of reads and
+// writes is then what the caller gets; the backend lets ranks mix the two
+// paths). A postscale factor is applied to each output afterwards
+// (elementwise, so the same bits as scaling the buffer).
+bool Overlapping(const std::vector<FusedPiece>& pieces, size_t elem) {
+  // [begin, end, piece] of every input and output range, sorted.
+  std::vector<std::tuple<uintptr_t, uintptr_t, size_t>> ranges;
+  ranges.reserve(2 * pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const size_t bytes = pieces[i].count * elem;
+    if (bytes == 0) continue;
+    const auto in = reinterpret_cast<uintptr_t>(pieces[i].input);
+    const auto out = reinterpret_cast<uintptr_t>(pieces[i].output);
+    ranges.emplace_back(in, in + bytes, i);
+    if (out != in) ranges.emplace_back(out, out + bytes, i);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t k = 1; k < ranges.size(); ++k) {
+    if (std::get<0>(ranges[k]) < std::get<1>(ranges[k - 1])) return true;
+  }
+  return false;
 }
 
 void CompleteAll(std::vector<std::unique_ptr<TensorEntry>>& entries,
@@ -280,6 +313,30 @@ absl::Status Executor::Allreduce(
   uint8_t* buffer;
   size_t total = 0;
   for (int64_t e : r.elements()) total += e;
+  if (entries.size() > 1 && r.prescale() == 1.0 &&
+      backend_->SupportsAllreducePieces(total, dtype)) {
+    // Note [Fusion without a buffer]: the backend reads and writes the
+    // tensors in place, saving two copies of every byte.
+    std::vector<FusedPiece> pieces(entries.size());
+    for (size_t i = 0; i < entries.size(); ++i) {
+      pieces[i] = {entries[i]->input.data, entries[i]->output.data,
+                   static_cast<size_t>(r.elements(i))};
+    }
+    if (!Overlapping(pieces, elem)) {
+      absl::Status s = Phase(
+          r, CollectivePhase("ALLREDUCE"),
+          [&] { return backend_->AllreducePieces(pieces, total, dtype, op); },
+          absl::StrCat("\"size\": ", total * elem, ", \"batch\": ", batch_,
+                       ", \"tensors\": ", entries.size()));
+      if (!s.ok()) return s;
+      if (postscale != 1.0) {
+        for (const FusedPiece& p : pieces) {
+          backend_->Scale(p.output, p.count, dtype, postscale);
+        }
+      }
+      return absl::OkStatus();
+    }
+  }
   if (entries.size() == 1) {
     // In place on the caller's output.
     TensorEntry& e = *entries[0];

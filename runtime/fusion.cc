@@ -47,13 +47,15 @@ int64_t ResponseBytes(const wire::Response& r, int world_size) {
   return bytes;
 }
 
-std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
-                                       int64_t threshold_bytes,
-                                       int world_size) {
+std::vector<wire::Response> PlanFusion(
+    std::vector<wire::Response> ready, int64_t threshold_bytes, int world_size,
+    std::vector<std::vector<size_t>>* members) {
   std::vector<wire::Response> buckets;
   std::vector<int64_t> bucket_bytes;
   std::vector<bool> open;
-  for (auto& r : ready) {
+  if (members) members->clear();
+  for (size_t i = 0; i < ready.size(); ++i) {
+    wire::Response& r = ready[i];
     const int64_t bytes = ResponseBytes(r, world_size);
     bool placed = false;
     if (r.type() != wire::RESPONSE_ERROR && threshold_bytes > 0) {
@@ -62,6 +64,7 @@ std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
         if (bucket_bytes[b] + bytes > threshold_bytes) continue;
         Append(&buckets[b], r);
         bucket_bytes[b] += bytes;
+        if (members) (*members)[b].push_back(i);
         placed = true;
         break;
       }
@@ -72,6 +75,7 @@ std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
       buckets.push_back(std::move(r));
       bucket_bytes.push_back(bytes);
       open.push_back(can_grow);
+      if (members) members->push_back({i});
     }
   }
   return buckets;

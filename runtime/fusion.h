@@ -24,9 +24,12 @@ namespace kolo {
 // sizes (allgather: of every rank's contribution).
 int64_t ResponseBytes(const wire::Response& response, int world_size);
 
-// `ready` holds one response per tensor, in ready order.
-std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
-                                       int64_t threshold_bytes, int world_size);
+// `ready` holds one response per tensor, in ready order. If `members` is
+// given, (*members)[b] lists the indices in `ready` of bucket b's tensors,
+// in the bucket's order.
+std::vector<wire::Response> PlanFusion(
+    std::vector<wire::Response> ready, int64_t threshold_bytes, int world_size,
+    std::vector<std::vector<size_t>>* members = nullptr);
 
 }  // namespace kolo
 

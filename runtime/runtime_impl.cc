@@ -22,6 +22,9 @@ constexpr absl::Duration kLocalTimeoutSlack = absl::Seconds(2);
 // the lost rank.
 constexpr absl::Duration kExplainWait = absl::Seconds(1);
 
+absl::StatusOr<bool> AllOnHost(Store& store, const std::vector<int>& ranks,
+                               int me, absl::Duration timeout);
+
 bool Cacheable(const wire::Response& r) {
   return r.type() == wire::RESPONSE_ALLREDUCE ||
          r.type() == wire::RESPONSE_BROADCAST;
@@ -112,6 +115,15 @@ absl::Status RuntimeImpl::Start() {
   if (!base) base = NewInMemoryStore();  // A job of one.
   store_ = NewPrefixStore("kolo", base);
 
+  // Which host this rank runs on, for the choice of shared memory (see
+  // AllOnHost, HostsShareRanks) and hierarchical backends.
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  absl::Status published =
+      store_->Set(absl::StrCat("host/", options_.rank),
+                  absl::StrCat(options_.cross_rank, "@", host));
+  if (!published.ok()) return published;
+
   if (options_.size > 1) {
     if (options_.secret.empty()) {
       return absl::FailedPreconditionError(
@@ -137,17 +149,24 @@ absl::Status RuntimeImpl::Start() {
     control_ = std::move(*control);
   }
 
-  // Which host this rank runs on, for ConnectProcessSet's choice of shm
-  // (see HostsShareRanks) and hierarchical backends.
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  absl::Status published =
-      store_->Set(absl::StrCat("host/", options_.rank),
-                  absl::StrCat(options_.cross_rank, "@", host));
-  if (!published.ok()) return published;
-
   std::vector<int> all(options_.size);
   for (int r = 0; r < options_.size; ++r) all[r] = r;
+  if (control_ && options_.shm) {
+    auto local = AllOnHost(*store_, all, options_.rank, options_.start_timeout);
+    if (!local.ok()) return local.status();
+    if (*local) {
+      absl::Status shm = control_->EnableSharedMemory(*store_, deadline);
+      if (!shm.ok()) return shm;
+      if (Wakeup* doorbell = control_->doorbell()) {
+        // Before the background thread starts; events that rang the old
+        // word are seen by its first pass.
+        wakeup_.store(doorbell);
+      }
+    }
+    logger_.Info(absl::StrCat("control plane over ", control_->shared_memory()
+                                                         ? "shared memory"
+                                                         : "TCP"));
+  }
   RegisterProcessSet(kGlobalProcessSet, all);
   absl::Status s = ConnectProcessSet(*sets_.at(kGlobalProcessSet));
   if (!s.ok()) return s;
@@ -203,6 +222,21 @@ bool HostsShareRanks(const std::vector<std::string>& hosts) {
   return false;
 }
 
+// Whether every rank in `ranks` (global) published the same host identity
+// as `me` in Start().
+absl::StatusOr<bool> AllOnHost(Store& store, const std::vector<int>& ranks,
+                               int me, absl::Duration timeout) {
+  auto mine = store.Get(absl::StrCat("host/", me), timeout);
+  if (!mine.ok()) return mine.status();
+  for (int r : ranks) {
+    auto theirs = store.Get(absl::StrCat("host/", r), timeout);
+    if (!theirs.ok()) return theirs.status();
+    if (*theirs != *mine) return false;
+  }
+  return true;
+}
+
+
 }  // namespace
 
 BackendContext RuntimeImpl::SetContext(const ProcessSetState& set,
@@ -215,6 +249,7 @@ BackendContext RuntimeImpl::SetContext(const ProcessSetState& set,
   context.start_timeout = options_.start_timeout;
   context.op_timeout = options_.op_timeout;
   context.hierarchical_allreduce = options_.hierarchical_allreduce;
+  context.spin_time = options_.spin_time;
   return context;
 }
 
@@ -372,6 +407,10 @@ absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
   }
   entry.request.set_rank(options_.rank);
   if (!entry.work) entry.work = std::make_shared<internal::WorkState>();
+  entry.work->SetWaitPolicy(options_.spin_time, waiters_);
+  if (entry.group && entry.group->work) {
+    entry.group->work->SetWaitPolicy(options_.spin_time, waiters_);
+  }
   entry.deadline = absl::Now() + options_.op_timeout + kLocalTimeoutSlack;
   Work work(entry.work);
   absl::Status s = queue_.Add(std::move(entry));
@@ -445,13 +484,7 @@ RuntimeStats RuntimeImpl::stats() const {
   return s;
 }
 
-void RuntimeImpl::Notify() {
-  {
-    std::lock_guard<std::mutex> lock(wake_mu_);
-    wake_pending_ = true;
-  }
-  wake_cv_.notify_one();
-}
+void RuntimeImpl::Notify() { wakeup_.load()->Notify(); }
 
 void RuntimeImpl::Fatal(const absl::Status& status) {
   {
@@ -517,7 +550,12 @@ absl::Status RuntimeImpl::ExplainCollectiveFailure(const absl::Status& error) {
 // The loop sleeps until something happens: a caller submitted work, a
 // control message arrived, or a deadline is due (the coordinator's batching
 // window, an op timeout, the stall inspector). There is no fixed tick: an
-// idle job costs nothing and a lone request is sent at once. Each pass:
+// idle job costs nothing and a lone request is sent at once. It waits on one
+// Wakeup (runtime/sync/wakeup.h), which callers, control-plane reader
+// threads and, over shared memory, peers ring; while some caller is blocked
+// in Work::Wait it first spins for KOLO_SPIN_TIME, since the answer it
+// waits for usually comes within microseconds and a kernel wake-up costs
+// tens of them. Each pass:
 //  1. sends this rank's new requests, per process set, to the coordinator
 //     (cache ids where the response cache knows them);
 //  2. rank 0: feeds received request lists to the sets' Coordinators; other
@@ -527,20 +565,27 @@ absl::Status RuntimeImpl::ExplainCollectiveFailure(const absl::Status& error) {
 //     some are partially submitted), then fuses, sends and executes a list.
 void RuntimeImpl::BackgroundLoop() {
   const bool coordinator = options_.rank == 0;
+  Wakeup& wakeup = *wakeup_.load();
   absl::Time next_wakeup = absl::InfiniteFuture();
   bool done = false;
+  bool first_pass = true;
+  uint32_t epoch = wakeup.Epoch();
+  // Spinning is allowed until then: while a caller waits, and for one spin
+  // time after the last pass that saw one (a caller that waited usually
+  // submits again at once).
+  absl::Time spin_until = absl::InfinitePast();
   while (!done) {
-    {
-      std::unique_lock<std::mutex> lock(wake_mu_);
-      if (next_wakeup == absl::InfiniteFuture()) {
-        wake_cv_.wait(lock, [&] { return wake_pending_; });
-      } else {
-        wake_cv_.wait_for(lock,
-                          absl::ToChronoNanoseconds(next_wakeup - absl::Now()),
-                          [&] { return wake_pending_; });
+    if (!first_pass) {
+      // Note [Spin then block]: spin only around a caller's wait.
+      const absl::Time now = absl::Now();
+      if (waiters_->load(std::memory_order_seq_cst) > 0) {
+        spin_until = now + options_.spin_time;
       }
-      wake_pending_ = false;
+      wakeup.Wait(epoch, next_wakeup,
+                  std::max(absl::ZeroDuration(), spin_until - now));
+      epoch = wakeup.Epoch();
     }
+    first_pass = false;
     if (!fatal_status().ok()) break;
     const absl::Time now = absl::Now();
     next_wakeup = absl::InfiniteFuture();

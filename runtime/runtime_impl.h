@@ -27,6 +27,7 @@
 #include "runtime/executor.h"
 #include "runtime/logging.h"
 #include "runtime/response_cache.h"
+#include "runtime/sync/wakeup.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
 
@@ -131,9 +132,15 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   mutable std::mutex sets_mu_;
   std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_
 
-  std::mutex wake_mu_;
-  std::condition_variable wake_cv_;
-  bool wake_pending_ = false;  // guarded by wake_mu_
+  // Wakes the background thread: own_wakeup_, or (set before the thread
+  // starts) the control plane's doorbell in shared memory, which peers ring
+  // too (Note [Control over shared memory] in control/shm_ring.h).
+  Wakeup own_wakeup_;
+  std::atomic<Wakeup*> wakeup_{&own_wakeup_};
+  // Callers blocked in Work::Wait on this runtime's collectives: the
+  // background thread spins only while this is non-zero.
+  std::shared_ptr<std::atomic<int>> waiters_ =
+      std::make_shared<std::atomic<int>>(0);
 
   std::mutex state_mu_;
   std::condition_variable state_cv_;

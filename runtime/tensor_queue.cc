@@ -24,6 +24,7 @@ void TensorEntry::Complete(const absl::Status& status,
 }
 
 absl::Status TensorQueue::Add(TensorEntry entry) {
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) return closed_;
@@ -43,10 +44,14 @@ absl::Status TensorQueue::Add(TensorEntry entry) {
           "\": an earlier collective with this name timed out and has not "
           "been resolved by the other ranks yet"));
     }
+    // The background thread takes all new requests at once: it needs a
+    // wake-up only for the first one since it last took them, which saves
+    // a system call per tensor when many are submitted in a burst.
+    first = new_requests_.empty();
     new_requests_.push_back(entry.request);
     table_.emplace(key, std::make_unique<TensorEntry>(std::move(entry)));
   }
-  notify_();
+  if (first) notify_();
   return absl::OkStatus();
 }
 

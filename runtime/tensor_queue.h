@@ -57,8 +57,8 @@ std::string QueueKey(int process_set, const std::string& name);
 
 class TensorQueue {
  public:
-  // `notify` is called (without locks held) after each Add, to wake the
-  // background thread.
+  // `notify` is called (without locks held) after an Add that found no new
+  // requests waiting, to wake the background thread (which takes them all).
   explicit TensorQueue(std::function<void()> notify)
       : notify_(std::move(notify)) {}
 

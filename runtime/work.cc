@@ -1,5 +1,10 @@
 #include "kolo/work.h"
 
+#include <algorithm>
+
+#include "absl/time/clock.h"
+#include "runtime/sync/wakeup.h"
+
 namespace kolo {
 
 bool Work::IsCompleted() const { return state_ && state_->IsCompleted(); }
@@ -28,21 +33,54 @@ bool WorkState::Complete(absl::Status status, std::vector<int64_t> splits) {
     done_ = true;
     status_ = std::move(status);
     splits_ = std::move(splits);
+    done_flag_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
   return true;
 }
 
+void WorkState::SetWaitPolicy(absl::Duration spin,
+                              std::shared_ptr<std::atomic<int>> waiters) {
+  spin_ = spin;
+  waiters_ = std::move(waiters);
+}
+
 bool WorkState::IsCompleted() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
+  return done_flag_.load(std::memory_order_acquire);
 }
 
 absl::Status WorkState::Wait(absl::Duration timeout) const {
+  if (!done_flag_.load(std::memory_order_acquire)) {
+    // Counted as waiting (spinning or blocked) for the whole wait.
+    struct Counted {
+      explicit Counted(std::atomic<int>* w) : waiters(w) {
+        if (waiters) waiters->fetch_add(1, std::memory_order_seq_cst);
+      }
+      ~Counted() {
+        if (waiters) waiters->fetch_sub(1, std::memory_order_seq_cst);
+      }
+      std::atomic<int>* waiters;
+    } counted(waiters_.get());
+    const absl::Time start = absl::Now();
+    SpinUntil([&] { return done_flag_.load(std::memory_order_acquire); },
+              std::min(spin_, timeout));
+    return WaitBlocking(timeout == absl::InfiniteDuration()
+                            ? timeout
+                            : timeout - (absl::Now() - start),
+                        timeout);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+absl::Status WorkState::WaitBlocking(absl::Duration remaining,
+                                     absl::Duration timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
-  if (timeout == absl::InfiniteDuration()) {
+  if (remaining == absl::InfiniteDuration()) {
     cv_.wait(lock, [&] { return done_; });
-  } else if (!cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+  } else if (!cv_.wait_for(lock,
+                           absl::ToChronoNanoseconds(
+                               std::max(remaining, absl::ZeroDuration())),
                            [&] { return done_; })) {
     return absl::DeadlineExceededError(
         "Work::Wait timed out after " + absl::FormatDuration(timeout) +

@@ -1,6 +1,7 @@
 #include "ops/shm/barrier.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,7 +173,14 @@ absl::Status ShmBarrier::Arrive(Clock::time_point deadline, const char* what,
     }
     if (g & kAbortBit) return AbortedError(what, deadline, op_timeout);
     if ((i & 63) == 63 && Clock::now() >= spin_end) break;
-    CpuRelax();
+    // Give the core away now and then: with more busy threads than cores
+    // the rank we wait for may be waiting for ours (Note [Spin then
+    // block] in runtime/sync/wakeup.h).
+    if ((i & 7) == 7) {
+      sched_yield();
+    } else {
+      CpuRelax();
+    }
   }
   // Blocking phase.
   while (true) {

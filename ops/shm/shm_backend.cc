@@ -358,6 +358,136 @@ absl::Status ShmBackend::AllreducePipelined(uint8_t* data, size_t count,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The pieces of a fused allreduce seen as one array of bytes (their inputs
+// for reading, their outputs for writing).
+class PieceView {
+ public:
+  PieceView(const std::vector<FusedPiece>& pieces, size_t elem)
+      : pieces_(pieces) {
+    starts_.reserve(pieces.size() + 1);
+    size_t at = 0;
+    for (const FusedPiece& p : pieces) {
+      starts_.push_back(at);
+      at += p.count * elem;
+    }
+    starts_.push_back(at);
+  }
+
+  // Calls f(piece, offset in the piece, bytes, offset in [from, from + n))
+  // for the parts of bytes [from, from + n), in order.
+  template <typename F>
+  void ForEach(size_t from, size_t n, F&& f) const {
+    if (n == 0) return;
+    size_t i = std::upper_bound(starts_.begin(), starts_.end(), from) -
+               starts_.begin() - 1;
+    size_t done = 0;
+    while (done < n) {
+      const size_t at = from + done;
+      const size_t in_piece = at - starts_[i];
+      const size_t take = std::min(n - done, starts_[i + 1] - at);
+      if (take) f(pieces_[i], in_piece, take, done);
+      done += take;
+      ++i;
+    }
+  }
+  void Gather(size_t from, size_t n, uint8_t* to) const {
+    ForEach(from, n,
+            [&](const FusedPiece& p, size_t off, size_t bytes, size_t done) {
+              std::memcpy(to + done, static_cast<const uint8_t*>(p.input) + off,
+                          bytes);
+            });
+  }
+  void Scatter(size_t from, size_t n, const uint8_t* src) const {
+    ForEach(from, n,
+            [&](const FusedPiece& p, size_t off, size_t bytes, size_t done) {
+              std::memcpy(static_cast<uint8_t*>(p.output) + off, src + done,
+                          bytes);
+            });
+  }
+
+ private:
+  const std::vector<FusedPiece>& pieces_;
+  std::vector<size_t> starts_;  // byte offset of each piece, then the total
+};
+
+}  // namespace
+
+// AllreducePipelined over the pieces: the same stages, barriers and
+// reduction order (Note [Bitwise identical results]); the only difference
+// is where bytes come from and go to. This rank's own share is read from
+// its inputs in place, piece by piece, as AllreducePipelined reads it from
+// `data`.
+bool ShmBackend::SupportsAllreducePieces(size_t count, DataType dtype) const {
+  // Exactly the sizes that Allreduce pipelines (or does not communicate).
+  return size_ == 1 || count == 0 ||
+         count * DataTypeSize(dtype) >
+             std::min(options_.small_allreduce_bytes, chunk_);
+}
+
+absl::Status ShmBackend::AllreducePieces(const std::vector<FusedPiece>& pieces,
+                                         size_t count, DataType dtype,
+                                         ReduceOp op) {
+  const size_t elem = DataTypeSize(dtype);
+  if (!SupportsAllreducePieces(count, dtype)) {
+    return absl::UnimplementedError("small: pack and use Allreduce");
+  }
+  if (size_ == 1 || count == 0) {
+    for (const FusedPiece& p : pieces)
+      CopyIfAny(p.output, p.input, p.count * elem);
+    return absl::OkStatus();
+  }
+  const PieceView view(pieces, elem);
+  const auto deadline = Deadline();
+  const size_t chunk_elems = chunk_ / elem;
+  const size_t stages = (count + chunk_elems - 1) / chunk_elems;
+  std::vector<const uint8_t*> inputs(size_);
+  int previous_q = 0;
+  for (size_t i = 0; i <= stages; ++i) {
+    const int q = Parity();
+    const size_t first = i * chunk_elems;
+    const size_t n = i < stages ? std::min(chunk_elems, count - first) : 0;
+    const size_t base = first * elem;
+    // Plain variables: lambdas below capture them (C++17 cannot capture
+    // structured bindings).
+    const std::pair<size_t, size_t> share = Share(n, elem, rank_, size_);
+    const size_t lo = share.first, hi = share.second;
+    if (n) {
+      view.Gather(base, lo * elem, In(q, rank_));
+      view.Gather(base + hi * elem, (n - hi) * elem, In(q, rank_) + hi * elem);
+    }
+    absl::Status s = Arrive(deadline, "allreduce");
+    if (!s.ok()) return s;
+    if (hi > lo) {
+      uint8_t* result = Result(q) + lo * elem;
+      view.ForEach(
+          base + lo * elem, (hi - lo) * elem,
+          [&](const FusedPiece& p, size_t off, size_t bytes, size_t done) {
+            for (int r = 0; r < size_; ++r) {
+              inputs[r] = r == rank_
+                              ? static_cast<const uint8_t*>(p.input) + off
+                              : In(q, r) + lo * elem + done;
+            }
+            ReduceInRankOrder(op, dtype, result + done, inputs, 0,
+                              bytes / elem);
+          });
+      view.Scatter(base + lo * elem, (hi - lo) * elem, result);
+    }
+    if (i > 0) {
+      const size_t prev_first = (i - 1) * chunk_elems;
+      const size_t prev_n = std::min(chunk_elems, count - prev_first);
+      const auto [prev_lo, prev_hi] = Share(prev_n, elem, rank_, size_);
+      const size_t prev_base = prev_first * elem;
+      view.Scatter(prev_base, prev_lo * elem, Result(previous_q));
+      view.Scatter(prev_base + prev_hi * elem, (prev_n - prev_hi) * elem,
+                   Result(previous_q) + prev_hi * elem);
+    }
+    previous_q = q;
+  }
+  return absl::OkStatus();
+}
+
 // The root fills all `size` In chunks of a parity at once; the others copy
 // them out after the barrier.
 absl::Status ShmBackend::Broadcast(void* data, size_t bytes, int root) {
@@ -482,7 +612,9 @@ namespace {
 const BackendRegistrar kRegistrar(
     DeviceType::kCpu, "shm",
     [](const BackendContext& c) -> absl::StatusOr<std::unique_ptr<Backend>> {
-      auto backend = ShmBackend::Create(c);
+      ShmOptions options;
+      options.spin = c.spin_time;
+      auto backend = ShmBackend::Create(c, options);
       if (!backend.ok()) return backend.status();
       return std::unique_ptr<Backend>(std::move(*backend));
     },

@@ -58,6 +58,14 @@ class ShmBackend : public Backend {
   const char* name() const override { return "shm"; }
   absl::Status Allreduce(void* data, size_t count, DataType dtype,
                          ReduceOp op) override;
+  // The pipelined Allreduce (same stages, barriers and segment use, so
+  // ranks may mix the two), straight from and to the pieces. Not for
+  // allreduces small enough for Allreduce's one-stage path (packing them
+  // costs less than the per-piece work): Unimplemented.
+  bool SupportsAllreducePieces(size_t count, DataType dtype) const override;
+  absl::Status AllreducePieces(const std::vector<FusedPiece>& pieces,
+                               size_t count, DataType dtype,
+                               ReduceOp op) override;
   absl::Status Broadcast(void* data, size_t bytes, int root) override;
   absl::Status Allgatherv(const void* input, void* output,
                           const std::vector<size_t>& bytes_per_rank) override;

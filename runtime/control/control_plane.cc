@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/numbers.h"
@@ -16,6 +17,8 @@ namespace kolo {
 namespace {
 
 constexpr char kAddressKey[] = "control/address";
+constexpr char kShmNameKey[] = "control/shm/name";
+constexpr char kShmUseKey[] = "control/shm/use";
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(3);
 // Request and response lists are small; a cap keeps a hostile or broken
 // peer from making us allocate much.
@@ -313,6 +316,10 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
 
 void ControlPlane::PeerLost(int peer, const std::string& reason) {
   if (closed_ || shutting_down_) return;
+  // Over shared memory the goodbye may still sit in a ring when the
+  // connection closes: the sender set a flag before it sent it.
+  ShmControlSegment* shm = shm_.load();
+  if (shm && shm->leaving(rank_ == 0 ? peer : 0)) return;
   if (rank_ == 0) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -341,13 +348,138 @@ void ControlPlane::Push(int from_rank, wire::ControlMessage message) {
 }
 
 std::vector<ControlEvent> ControlPlane::TakeEvents() {
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<ControlEvent> out;
-  out.swap(events_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    out.swap(events_);
+  }
+  if (shm_.load()) {
+    DrainShm();
+    if (out.empty()) {
+      out.swap(shm_events_);
+    } else {
+      for (auto& e : shm_events_) out.push_back(std::move(e));
+      shm_events_.clear();
+    }
+  }
   return out;
 }
 
+absl::Status ControlPlane::EnableSharedMemory(Store& store,
+                                              absl::Time deadline) {
+  if (size_ < 2) return absl::OkStatus();
+  const absl::Duration timeout =
+      std::max(absl::ZeroDuration(), deadline - absl::Now());
+  std::unique_ptr<ShmControlSegment> segment;
+  if (rank_ == 0) {
+    std::string name;
+    auto created =
+        ShmControlSegment::Create(rank_, size_, kMaxControlFrame, &name);
+    absl::Status s = store.Set(kShmNameKey, created.ok() ? name : "");
+    if (!s.ok()) {
+      if (created.ok()) ShmControlSegment::Unlink(name);
+      return s;
+    }
+    bool all = created.ok();
+    for (int r = 1; r < size_; ++r) {
+      auto attached =
+          store.Get(absl::StrCat("control/shm/attached/", r), timeout);
+      if (!attached.ok()) {
+        if (created.ok()) ShmControlSegment::Unlink(name);
+        return attached.status();
+      }
+      all = all && *attached == "1";
+    }
+    // Note [Segment lifetime] (ops/shm/segment.h): mapped by all, unlinked.
+    if (created.ok()) ShmControlSegment::Unlink(name);
+    s = store.Set(kShmUseKey, all ? "1" : "0");
+    if (!s.ok()) return s;
+    if (all) segment = std::move(*created);
+  } else {
+    auto name = store.Get(kShmNameKey, timeout);
+    if (!name.ok()) return name.status();
+    absl::StatusOr<std::unique_ptr<ShmControlSegment>> opened =
+        absl::UnavailableError("the coordinator has no segment");
+    if (!name->empty()) {
+      opened = ShmControlSegment::Open(*name, rank_, size_, kMaxControlFrame);
+    }
+    absl::Status s = store.Set(absl::StrCat("control/shm/attached/", rank_),
+                               opened.ok() ? "1" : "0");
+    if (!s.ok()) return s;
+    auto use = store.Get(kShmUseKey, timeout);
+    if (!use.ok()) return use.status();
+    if (*use == "1" && opened.ok()) segment = std::move(*opened);
+  }
+  if (segment) {
+    shm_owner_ = std::move(segment);
+    shm_.store(shm_owner_.get());
+  }
+  return absl::OkStatus();
+}
+
+Wakeup* ControlPlane::doorbell() {
+  ShmControlSegment* shm = shm_.load();
+  return shm ? &shm->doorbell() : nullptr;
+}
+
+bool ControlPlane::DrainShm() {
+  ShmControlSegment* shm = shm_.load();
+  std::vector<std::string> frames;
+  const int first = rank_ == 0 ? 1 : rank_;
+  const int last = rank_ == 0 ? size_ - 1 : rank_;
+  for (int peer = first; peer <= last; ++peer) {
+    ShmRing& ring = rank_ == 0 ? shm->up(peer) : shm->down(peer);
+    frames.clear();
+    absl::Status s = ring.ReadAll(&frames);
+    const int from = rank_ == 0 ? peer : 0;
+    for (std::string& frame : frames) {
+      wire::ControlMessage message;
+      if (!message.ParseFromString(frame)) {
+        s = absl::DataLossError("malformed control message");
+        break;
+      }
+      // What ReadLoop does for the same messages over TCP.
+      if (message.has_response_list() && message.response_list().shutdown()) {
+        shutting_down_ = true;
+      }
+      if (rank_ == 0 && message.has_request_list() &&
+          message.request_list().shutdown()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        leaving_[peer] = true;
+      }
+      shm_events_.push_back({from, std::move(message)});
+    }
+    if (!s.ok()) {
+      PeerLost(from, std::string(s.message()));
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status ControlPlane::WriteShm(ShmRing& ring, int to_rank,
+                                    const std::string& bytes) {
+  // A full ring waits for its reader; meanwhile this thread keeps reading
+  // its own rings so that two writers cannot wait for each other.
+  absl::Status s =
+      ring.Write(bytes, absl::Now() + liveness_.heartbeat_timeout, [&] {
+        DrainShm();
+        return !closed_ && !lost_reported_;
+      });
+  if (s.ok()) shm_.load()->Notify(to_rank);
+  return s;
+}
+
 absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
+  if (ShmControlSegment* shm = shm_.load(); shm && m.has_request_list()) {
+    if (m.request_list().shutdown()) shm->SetLeaving(rank_);
+    absl::Status s = WriteShm(shm->up(rank_), 0, Serialize(m));
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("lost coordinator (rank 0): ", s.message()));
+    }
+    return s;
+  }
   std::shared_ptr<net::SecureChannel> channel;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -370,6 +502,20 @@ absl::Status ControlPlane::Broadcast(const wire::ControlMessage& m) {
 
 absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
                                   const wire::ControlMessage& m) {
+  if (ShmControlSegment* shm = shm_.load(); shm && m.has_response_list()) {
+    if (m.response_list().shutdown()) shm->SetCoordinatorDone();
+    const std::string bytes = Serialize(m);
+    absl::Status first;
+    for (int r : ranks) {
+      if (r <= 0 || r >= size_) continue;
+      absl::Status s = WriteShm(shm->down(r), r, bytes);
+      if (!s.ok() && first.ok()) {
+        first = absl::UnavailableError(
+            absl::StrCat("rank ", r, " lost: ", s.message()));
+      }
+    }
+    return first;
+  }
   const std::string bytes = Serialize(m);
   std::vector<std::pair<int, std::shared_ptr<net::SecureChannel>>> targets;
   {

@@ -35,8 +35,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kolo/store.h"
+#include "runtime/control/shm_ring.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/net/socket.h"
+#include "runtime/sync/wakeup.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
@@ -76,7 +78,19 @@ class ControlPlane {
   absl::Status SendTo(const std::vector<int>& ranks,
                       const wire::ControlMessage& message);
 
-  // Messages received since the last call, in arrival order.
+  // Every rank on one host: moves request and response lists to a shared
+  // segment (Note [Control over shared memory] in shm_ring.h). Every rank
+  // must call it, after Create(); if some rank cannot map the segment,
+  // every rank keeps TCP. Errors only when the store fails.
+  absl::Status EnableSharedMemory(Store& store, absl::Time deadline);
+  // The doorbell that peers ring when they send this rank a list over
+  // shared memory; null without shared memory. The background thread
+  // should wait on it (and local events should ring it).
+  Wakeup* doorbell();
+  bool shared_memory() const { return shm_.load() != nullptr; }
+
+  // Messages received since the last call, in arrival order. Background
+  // thread only.
   std::vector<ControlEvent> TakeEvents();
 
   // The job is ending normally: connections that close from now on are not
@@ -106,6 +120,10 @@ class ControlPlane {
   void ReadLoop(int peer_rank, net::SecureChannel* channel);
   void PeerLost(int peer_rank, const std::string& reason);
   void Push(int from_rank, wire::ControlMessage message);
+  // Background thread: moves complete messages from the incoming rings to
+  // shm_events_. False if a peer sent garbage (reported as lost).
+  bool DrainShm();
+  absl::Status WriteShm(ShmRing& ring, int to_rank, const std::string& bytes);
 
   const int rank_;
   const int size_;
@@ -138,6 +156,11 @@ class ControlPlane {
   int joined_ = 0;                    // guarded by mu_
   std::vector<std::thread> threads_;  // guarded by mu_
   std::vector<ControlEvent> events_;  // guarded by mu_
+
+  // Set once before the background thread starts; read by reader threads.
+  std::unique_ptr<ShmControlSegment> shm_owner_;
+  std::atomic<ShmControlSegment*> shm_{nullptr};
+  std::vector<ControlEvent> shm_events_;  // background thread only
 };
 
 }  // namespace kolo

@@ -51,6 +51,7 @@ TEST(Config, ParsesEveryVariable) {
                          {"KOLO_FUSION_THRESHOLD", "1048576"},
                          {"KOLO_CYCLE_TIME", "2.5"},
                          {"KOLO_CACHE_CAPACITY", "0"},
+                         {"KOLO_SPIN_TIME", "12.5"},
                          {"KOLO_OP_TIMEOUT", "10"},
                          {"KOLO_START_TIMEOUT", "5"},
                          {"KOLO_STALL_CHECK_TIME", "2"},
@@ -73,6 +74,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_EQ(o->fusion_threshold_bytes, 1 << 20);
   EXPECT_EQ(o->cycle_time, absl::Microseconds(2500));
   EXPECT_EQ(o->cache_capacity, 0);
+  EXPECT_EQ(o->spin_time, absl::Nanoseconds(12500));
   EXPECT_EQ(o->op_timeout, absl::Seconds(10));
   EXPECT_EQ(o->start_timeout, absl::Seconds(5));
   EXPECT_EQ(o->stall_shutdown_time, absl::Seconds(5));
@@ -88,13 +90,22 @@ TEST(Config, BadValuesNameTheVariableAndTheValue) {
     const char* var;
     const char* value;
   } cases[] = {
-      {"KOLO_OP_TIMEOUT", "abc"},     {"KOLO_OP_TIMEOUT", "-1"},
-      {"KOLO_OP_TIMEOUT", "0"},       {"KOLO_SIZE", "0"},
-      {"KOLO_RANK", "-1"},            {"KOLO_FUSION_THRESHOLD", "1.5"},
-      {"KOLO_CYCLE_TIME", "fast"},    {"KOLO_CACHE_CAPACITY", "-1"},
-      {"KOLO_SHM", "maybe"},          {"KOLO_LOG_LEVEL", "loud"},
-      {"KOLO_RENDEZVOUS_PORT", "70000"}, {"KOLO_START_TIMEOUT", "nan"},
-      {"KOLO_STALL_CHECK_TIME", "-3"}, {"KOLO_HIERARCHICAL_ALLREDUCE", "2"},
+      {"KOLO_OP_TIMEOUT", "abc"},
+      {"KOLO_OP_TIMEOUT", "-1"},
+      {"KOLO_OP_TIMEOUT", "0"},
+      {"KOLO_SIZE", "0"},
+      {"KOLO_RANK", "-1"},
+      {"KOLO_FUSION_THRESHOLD", "1.5"},
+      {"KOLO_CYCLE_TIME", "fast"},
+      {"KOLO_CACHE_CAPACITY", "-1"},
+      {"KOLO_SHM", "maybe"},
+      {"KOLO_LOG_LEVEL", "loud"},
+      {"KOLO_RENDEZVOUS_PORT", "70000"},
+      {"KOLO_START_TIMEOUT", "nan"},
+      {"KOLO_STALL_CHECK_TIME", "-3"},
+      {"KOLO_HIERARCHICAL_ALLREDUCE", "2"},
+      {"KOLO_SPIN_TIME", "-1"},
+      {"KOLO_SPIN_TIME", "soon"},
   };
   for (const Case& c : cases) {
     auto o = ParseOptions({{c.var, c.value}});

@@ -19,11 +19,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "kolo/runtime.h"
 #include "kolo/store.h"
 #include "ops/gloo/gloo_context.h"
@@ -103,7 +105,11 @@ std::vector<double> Measure(const Flags& flags, int iters, F&& op) {
 class Bench {
  public:
   Bench(Runtime* rt, const Flags& flags, std::shared_ptr<::gloo::Context> gloo)
-      : flags_(flags), rank_(rt->rank()), ranks_(rt->size()), kolo_(rt, flags) {
+      : flags_(flags),
+        rt_(rt),
+        rank_(rt->rank()),
+        ranks_(rt->size()),
+        kolo_(rt, flags) {
     if (gloo) gloo_ = std::make_unique<GlooRunner>(std::move(gloo), flags);
   }
 
@@ -134,9 +140,21 @@ class Bench {
         n, std::vector<uint8_t>(flags_.fusion_bytes / elem * elem, 0));
     Buffers fused(Collective::kAllreduce, total / static_cast<int64_t>(elem),
                   flags_.dtype, ranks_);
+    const RuntimeStats before = rt_->stats();
     Keep(Record("kolo", "fusion_async", total,
                 TimeEach(flags_.warmup, iters,
                          [&](int) { kolo_.RunMany(tensors, "fusion"); })));
+    // How many control messages and collectives a step took (ideally one
+    // request list per rank, one response list, one collective).
+    const RuntimeStats after = rt_->stats();
+    const double steps = flags_.warmup + iters;
+    std::cerr << absl::StrFormat(
+        "# fusion rank %d per step: %.1f request lists sent, %.1f response "
+        "lists, %.1f collectives\n",
+        rank_, (after.request_lists_sent - before.request_lists_sent) / steps,
+        (after.response_lists_received - before.response_lists_received) /
+            steps,
+        (after.collectives_executed - before.collectives_executed) / steps);
     Keep(Record("kolo", "fusion_fused", total,
                 TimeEach(flags_.warmup, iters, [&](int) {
                   kolo_.Run(Collective::kAllreduce, fused);
@@ -169,6 +187,7 @@ class Bench {
   }
 
   const Flags& flags_;
+  Runtime* const rt_;
   const int rank_;
   const int ranks_;
   KoloRunner kolo_;

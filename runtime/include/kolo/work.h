@@ -7,6 +7,7 @@
 #ifndef KOLO_WORK_H_
 #define KOLO_WORK_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -60,7 +61,21 @@ class WorkState {
   absl::Status status() const;
   std::vector<int64_t> splits() const;
 
+  // Set by the runtime before the Work is handed out: Wait() first polls
+  // for `spin` (Note [Spin then block] in runtime/sync/wakeup.h), and
+  // counts itself in `waiters` while it waits, so that the background
+  // thread spins only while some caller waits.
+  void SetWaitPolicy(absl::Duration spin,
+                     std::shared_ptr<std::atomic<int>> waiters);
+
  private:
+  // Blocks up to `remaining`; errors name the caller's whole `timeout`.
+  absl::Status WaitBlocking(absl::Duration remaining,
+                            absl::Duration timeout) const;
+
+  absl::Duration spin_ = absl::ZeroDuration();
+  std::shared_ptr<std::atomic<int>> waiters_;
+  std::atomic<bool> done_flag_{false};  // done_, readable without mu_
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;                   // guarded by mu_

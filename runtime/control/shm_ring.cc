@@ -1,0 +1,244 @@
+#include "runtime/control/shm_ring.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace kolo {
+namespace {
+
+constexpr uint64_t kMagic = 0x6b6f6c6f63746c31;  // "koloctl1"
+constexpr size_t kFrameHeader = 8;               // u32 length, u32 last
+// A writer that finds the ring full: how long it polls before it sleeps,
+// and the longest sleep between checks (never on the common path: the ring
+// is much larger than a typical list).
+constexpr absl::Duration kFullSpin = absl::Microseconds(20);
+constexpr absl::Duration kFullMaxSleep = absl::Milliseconds(1);
+
+size_t RoundUp8(size_t n) { return (n + 7) & ~size_t{7}; }
+
+std::string Errno(int e) { return std::strerror(e); }
+
+}  // namespace
+
+ShmRing::ShmRing(ShmRingHeader* header, uint8_t* data, size_t capacity,
+                 size_t max_message)
+    : header_(header),
+      data_(data),
+      capacity_(capacity),
+      max_message_(max_message),
+      max_fragment_(capacity / 4 - kFrameHeader) {}
+
+void ShmRing::CopyIn(uint64_t pos, const void* src, size_t n) {
+  const size_t at = pos & (capacity_ - 1);
+  const size_t first = std::min(n, capacity_ - at);
+  std::memcpy(data_ + at, src, first);
+  std::memcpy(data_, static_cast<const uint8_t*>(src) + first, n - first);
+}
+
+void ShmRing::CopyOut(uint64_t pos, void* dst, size_t n) const {
+  const size_t at = pos & (capacity_ - 1);
+  const size_t first = std::min(n, capacity_ - at);
+  std::memcpy(dst, data_ + at, first);
+  std::memcpy(static_cast<uint8_t*>(dst) + first, data_, n - first);
+}
+
+absl::Status ShmRing::Write(const std::string& message, absl::Time deadline,
+                            const std::function<bool()>& keep_going) {
+  size_t offset = 0;
+  do {
+    const size_t n = std::min(max_fragment_, message.size() - offset);
+    const uint32_t frame[2] = {static_cast<uint32_t>(n),
+                               offset + n == message.size() ? 1u : 0u};
+    const size_t need = kFrameHeader + RoundUp8(n);
+    const uint64_t head = header_->head.load(std::memory_order_relaxed);
+    auto has_room = [&] {
+      return capacity_ -
+                 (head - header_->tail.load(std::memory_order_acquire)) >=
+             need;
+    };
+    if (!SpinUntil(has_room, kFullSpin)) {
+      absl::Duration sleep = absl::Microseconds(50);
+      while (!has_room()) {
+        if (keep_going && !keep_going()) {
+          return absl::CancelledError("the control channel was closed");
+        }
+        const absl::Time now = absl::Now();
+        if (now >= deadline) {
+          return absl::DeadlineExceededError(
+              "the peer did not read its shared-memory control ring");
+        }
+        const absl::Duration d = std::min(sleep, deadline - now);
+        struct timespec ts = absl::ToTimespec(d);
+        nanosleep(&ts, nullptr);
+        sleep = std::min(sleep * 2, kFullMaxSleep);
+      }
+    }
+    CopyIn(head, frame, kFrameHeader);
+    CopyIn(head + kFrameHeader, message.data() + offset, n);
+    header_->head.store(head + need, std::memory_order_release);
+    offset += n;
+  } while (offset < message.size());
+  return absl::OkStatus();
+}
+
+absl::Status ShmRing::ReadAll(std::vector<std::string>* out) {
+  uint64_t tail = header_->tail.load(std::memory_order_relaxed);
+  const uint64_t head = header_->head.load(std::memory_order_acquire);
+  absl::Status result;
+  while (tail < head) {
+    uint32_t frame[2];
+    CopyOut(tail, frame, kFrameHeader);
+    const size_t n = frame[0];
+    const size_t need = kFrameHeader + RoundUp8(n);
+    if (n > max_fragment_ || need > head - tail ||
+        partial_.size() + n > max_message_) {
+      result = absl::DataLossError("malformed shared-memory control message");
+      tail = head;  // Drop the rest; the caller treats the peer as lost.
+      partial_.clear();
+      break;
+    }
+    const size_t old = partial_.size();
+    partial_.resize(old + n);
+    CopyOut(tail + kFrameHeader, partial_.data() + old, n);
+    tail += need;
+    if (frame[1]) {
+      out->push_back(std::move(partial_));
+      partial_.clear();
+    }
+  }
+  header_->tail.store(tail, std::memory_order_release);
+  return result;
+}
+
+bool ShmRing::HasData() const {
+  return header_->head.load(std::memory_order_acquire) !=
+         header_->tail.load(std::memory_order_acquire);
+}
+
+size_t ShmControlSegment::RingBytes(int size) {
+  const size_t rings = 2 * static_cast<size_t>(std::max(1, size - 1));
+  size_t bytes = 256 << 10;
+  while (bytes > (64u << 10) && bytes * rings > (8u << 20)) bytes /= 2;
+  return bytes;
+}
+
+// Layout: one cache line of magic and size, the ranks' ShmControlRank,
+// then per rank r > 0 its up ring and its down ring (header, then data).
+size_t ShmControlSegment::Bytes(int size) {
+  const size_t ring = sizeof(ShmRingHeader) + RingBytes(size);
+  return 64 + sizeof(ShmControlRank) * size + 2 * ring * (size - 1);
+}
+
+ShmControlSegment::ShmControlSegment(void* base, size_t bytes, int rank,
+                                     int size, size_t max_message)
+    : base_(base), bytes_(bytes), rank_(rank), size_(size) {
+  uint8_t* p = static_cast<uint8_t*>(base) + 64;
+  ranks_ = reinterpret_cast<ShmControlRank*>(p);
+  p += sizeof(ShmControlRank) * size;
+  for (int r = 0; r < size; ++r) {
+    doorbells_.push_back(
+        std::make_unique<Wakeup>(&ranks_[r].doorbell, /*shared=*/true));
+  }
+  up_.resize(size);
+  down_.resize(size);
+  for (int r = 1; r < size; ++r) {
+    for (auto* rings : {&up_, &down_}) {
+      auto* header = reinterpret_cast<ShmRingHeader*>(p);
+      p += sizeof(ShmRingHeader);
+      (*rings)[r] =
+          std::make_unique<ShmRing>(header, p, RingBytes(size), max_message);
+      p += RingBytes(size);
+    }
+  }
+}
+
+ShmControlSegment::~ShmControlSegment() { munmap(base_, bytes_); }
+
+void ShmControlSegment::SetLeaving(int r) {
+  ranks_[r].leaving.store(1, std::memory_order_seq_cst);
+}
+
+bool ShmControlSegment::leaving(int r) const {
+  return ranks_[r].leaving.load(std::memory_order_seq_cst) != 0;
+}
+
+absl::StatusOr<std::unique_ptr<ShmControlSegment>> ShmControlSegment::Create(
+    int rank, int size, size_t max_message, std::string* name) {
+  std::random_device random;
+  *name =
+      absl::StrCat("/kolo-ctl-", getpid(), "-",
+                   absl::Hex(static_cast<uint64_t>(random()) << 32 | random(),
+                             absl::kZeroPad16));
+  const size_t bytes = Bytes(size);
+  int fd = shm_open(name->c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("shm_open(", *name, ") failed: ", Errno(errno)));
+  }
+  // Reserve the pages: a full /dev/shm fails here, not with SIGBUS later.
+  int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  void* base =
+      err == 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+               : MAP_FAILED;
+  if (base == MAP_FAILED && err == 0) err = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    Unlink(*name);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot reserve ", bytes, " bytes of shared memory: ", Errno(err)));
+  }
+  auto* magic = static_cast<uint64_t*>(base);
+  magic[1] = static_cast<uint64_t>(size);
+  std::atomic_thread_fence(std::memory_order_release);
+  magic[0] = kMagic;
+  return std::unique_ptr<ShmControlSegment>(
+      new ShmControlSegment(base, bytes, rank, size, max_message));
+}
+
+absl::StatusOr<std::unique_ptr<ShmControlSegment>> ShmControlSegment::Open(
+    const std::string& name, int rank, int size, size_t max_message) {
+  const size_t bytes = Bytes(size);
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("shm_open(", name, ") failed: ", Errno(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("shared memory ", name, " has the wrong size"));
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    return absl::UnavailableError(
+        absl::StrCat("mmap of ", name, " failed: ", Errno(err)));
+  }
+  auto* magic = static_cast<uint64_t*>(base);
+  if (magic[0] != kMagic || magic[1] != static_cast<uint64_t>(size)) {
+    munmap(base, bytes);
+    return absl::UnavailableError(absl::StrCat("shared memory ", name,
+                                               " is not a control segment for ",
+                                               size, " ranks"));
+  }
+  return std::unique_ptr<ShmControlSegment>(
+      new ShmControlSegment(base, bytes, rank, size, max_message));
+}
+
+void ShmControlSegment::Unlink(const std::string& name) {
+  shm_unlink(name.c_str());
+}
+
+}  // namespace kolo

@@ -1,0 +1,101 @@
+// Wakeup: a spin-then-block doorbell on one 32-bit word, for a single
+// waiting thread and any number of notifiers, in one process or across
+// processes (the word may live in shared memory).
+//
+// Note [Spin then block]
+// Waking a thread that sleeps in the kernel costs tens of microseconds on a
+// VM (an inter-processor interrupt, a context switch), which is more than a
+// whole small collective over shared memory. So a waiter that expects news
+// soon first polls the word for a bounded time (`spin`), yielding its core
+// between polls so that a runnable thread on the same core still gets it;
+// then it sleeps in FUTEX_WAIT on the word until `deadline`. A notifier
+// bumps the word and makes the system call only when the waiter announced
+// that it sleeps, so a notification to a spinning (or busy) waiter costs two
+// atomic operations. Whoever waits decides whether to spin at all: the
+// runtime spins only while a caller is blocked in Work::Wait (Note
+// [Background loop] in runtime_impl.cc), so an idle job or a training step's
+// compute never loses a core to it.
+//
+// Every wait is bounded by its deadline; a sleeper also wakes at least every
+// kMaxSleep to re-check it, so even a lost wake-up (which the protocol rules
+// out) cannot hang a rank.
+//
+// Thread safety: Notify() from any thread or process; Wait() from one
+// thread at a time.
+#ifndef KOLO_RUNTIME_SYNC_WAKEUP_H_
+#define KOLO_RUNTIME_SYNC_WAKEUP_H_
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace kolo {
+
+// The words of a Wakeup; may be placed in shared memory (zero-initialised).
+struct alignas(64) WakeupWord {
+  std::atomic<uint32_t> epoch{0};     // bumped by every Notify (futex word)
+  std::atomic<uint32_t> sleepers{0};  // waiters in (or entering) FUTEX_WAIT
+};
+
+class Wakeup {
+ public:
+  // Uses its own word, private to this process.
+  Wakeup();
+  // Uses `word` (not owned), which may be mapped by other processes; then
+  // `shared` must be true (a process-shared futex).
+  Wakeup(WakeupWord* word, bool shared);
+  Wakeup(const Wakeup&) = delete;
+  Wakeup& operator=(const Wakeup&) = delete;
+
+  // Take the epoch, then look for work, then Wait(epoch, ...): a Notify()
+  // after Epoch() makes Wait return at once, so none is lost.
+  uint32_t Epoch() const {
+    return word_->epoch.load(std::memory_order_acquire);
+  }
+
+  // Any thread or process; never blocks.
+  void Notify();
+
+  // Returns true as soon as the epoch differs from `seen`, false at
+  // `deadline`. Spins (polling, yielding the core) for at most `spin` first.
+  bool Wait(uint32_t seen, absl::Time deadline, absl::Duration spin);
+
+  // Waits that went to sleep in the kernel (diagnostics, tests).
+  uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+
+ private:
+  WakeupWord own_;
+  WakeupWord* const word_;
+  const bool shared_;
+  std::atomic<uint64_t> sleeps_{0};
+};
+
+// Spins with pause instructions and sched_yield until `done()` or `spin`
+// has passed; true if `done()` became true. For waits whose condition is
+// not a Wakeup (Work::Wait spins on its own flag this way).
+template <typename Done>
+bool SpinUntil(Done&& done, absl::Duration spin);
+
+// Implementation detail of SpinUntil.
+namespace internal {
+int64_t MonotonicNanos();
+void SpinPause(uint32_t iteration);
+}  // namespace internal
+
+template <typename Done>
+bool SpinUntil(Done&& done, absl::Duration spin) {
+  if (spin <= absl::ZeroDuration()) return done();
+  const int64_t end =
+      internal::MonotonicNanos() + absl::ToInt64Nanoseconds(spin);
+  for (uint32_t i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 15) == 15 && internal::MonotonicNanos() >= end) return done();
+    internal::SpinPause(i);
+  }
+}
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_SYNC_WAKEUP_H_

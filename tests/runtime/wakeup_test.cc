@@ -1,0 +1,124 @@
+// Wakeup (runtime/sync/wakeup.h): notifications are never lost, waits end
+// at their deadline, sleepers are woken across threads and processes.
+#include "runtime/sync/wakeup.h"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace kolo {
+namespace {
+
+TEST(WakeupTest, NotifyBeforeWaitIsNotLost) {
+  Wakeup w;
+  const uint32_t epoch = w.Epoch();
+  w.Notify();
+  EXPECT_TRUE(
+      w.Wait(epoch, absl::Now() + absl::Seconds(5), absl::ZeroDuration()));
+  EXPECT_EQ(w.sleeps(), 0u);
+}
+
+TEST(WakeupTest, WaitEndsAtDeadline) {
+  Wakeup w;
+  for (absl::Duration spin :
+       {absl::ZeroDuration(), absl::Microseconds(50), absl::Seconds(10)}) {
+    const absl::Time start = absl::Now();
+    EXPECT_FALSE(w.Wait(w.Epoch(), start + absl::Milliseconds(30), spin));
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_GE(took, absl::Milliseconds(30));
+    EXPECT_LT(took,
+              absl::Seconds(2));  // a spin longer than the deadline ends too
+  }
+}
+
+TEST(WakeupTest, PastDeadlineReturnsAtOnce) {
+  Wakeup w;
+  EXPECT_FALSE(w.Wait(w.Epoch(), absl::InfinitePast(), absl::Seconds(1)));
+}
+
+TEST(WakeupTest, SleeperIsWokenByAnotherThread) {
+  Wakeup w;
+  const uint32_t epoch = w.Epoch();
+  std::thread notifier([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    w.Notify();
+  });
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(
+      w.Wait(epoch, absl::Now() + absl::Seconds(30), absl::ZeroDuration()));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_GE(w.sleeps(), 1u);
+  notifier.join();
+}
+
+TEST(WakeupTest, ManyNotifiersOneWaiterNothingLost) {
+  // Every round's notification must end that round's wait, never the
+  // deadline.
+  Wakeup w;
+  std::atomic<int> posted{0};
+  constexpr int kRounds = 2000;
+  std::thread notifier([&] {
+    for (int i = 0; i < kRounds; ++i) {
+      posted.fetch_add(1);
+      w.Notify();
+      if (i % 64 == 0) std::this_thread::yield();
+    }
+  });
+  int seen = 0;
+  while (seen < kRounds) {
+    const uint32_t epoch = w.Epoch();
+    seen = posted.load();
+    if (seen >= kRounds) break;
+    ASSERT_TRUE(w.Wait(epoch, absl::Now() + absl::Seconds(20),
+                       absl::Microseconds(seen % 2 ? 20 : 0)))
+        << "lost wake-up after " << seen << " notifications";
+  }
+  notifier.join();
+}
+
+TEST(WakeupTest, WakesAcrossProcesses) {
+  // The word in shared memory, the waiter in a child process.
+  void* mem = mmap(nullptr, sizeof(WakeupWord), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* word = new (mem) WakeupWord();
+  Wakeup parent(word, /*shared=*/true);
+  const uint32_t epoch = parent.Epoch();
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Wakeup waiter(word, /*shared=*/true);
+    const bool woken = waiter.Wait(epoch, absl::Now() + absl::Seconds(20),
+                                   absl::ZeroDuration());
+    _exit(woken ? 0 : 1);
+  }
+  // Give the child time to fall asleep, then ring.
+  absl::SleepFor(absl::Milliseconds(100));
+  parent.Notify();
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  munmap(mem, sizeof(WakeupWord));
+}
+
+TEST(WakeupTest, SpinUntil) {
+  std::atomic<bool> flag{false};
+  EXPECT_FALSE(SpinUntil([&] { return flag.load(); }, absl::Microseconds(100)));
+  flag = true;
+  EXPECT_TRUE(SpinUntil([&] { return flag.load(); }, absl::ZeroDuration()));
+  std::thread setter([&] {
+    absl::SleepFor(absl::Milliseconds(5));
+    flag = false;
+  });
+  EXPECT_TRUE(SpinUntil([&] { return !flag.load(); }, absl::Seconds(20)));
+  setter.join();
+}
+
+}  // namespace
+}  // namespace kolo
