@@ -4,7 +4,9 @@
 // next to one core's memcpy rate on the same machine.
 //
 //   bazel-bin/tools/bench/shm_backend_bench [--ranks 2] [--sizes 64K,1M,16M]
-//       [--chunks 256K,1M] [--spin-us 50] [--iters N]
+//       [--chunks 256K,1M] [--spin-us 50] [--iters N] [--small BYTES]
+// (--small: ShmOptions::small_allreduce_bytes, the size up to which every
+// rank reduces the whole tensor in one stage.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -47,6 +49,7 @@ double MemcpyGBs(size_t bytes) {
 int Main(int argc, char** argv) {
   int ranks = 2, iters = 0;
   double spin_us = 50;
+  int64_t small = -1;  // ShmOptions' default
   std::vector<int64_t> sizes = {64 << 10, 1 << 20, 16 << 20, 64 << 20};
   std::vector<int64_t> chunks = {256 << 10, 1 << 20, 4 << 20};
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -61,6 +64,8 @@ int Main(int argc, char** argv) {
       spin_us = std::atof(value.c_str());
     else if (arg == "--iters")
       iters = std::atoi(value.c_str());
+    else if (arg == "--small")
+      small = ParseList(value).at(0);
     else
       Die("unknown flag " + arg);
   }
@@ -75,6 +80,7 @@ int Main(int argc, char** argv) {
     shm::ShmOptions options;
     options.chunk_bytes = chunk;
     options.spin = absl::Microseconds(spin_us);
+    if (small >= 0) options.small_allreduce_bytes = small;
     auto store = NewInMemoryStore();
     std::vector<std::unique_ptr<shm::ShmBackend>> group(ranks);
     {
