@@ -360,6 +360,36 @@ TEST(ReduceTest, HalfAndBfloat16RoundToNearestEven) {
   EXPECT_EQ(out, 0x3f82);  // 1 + 3/256 -> 1 + 4/256 (even)
 }
 
+// Every float16 bit pattern summed with a spread of others (normals,
+// subnormals, zeros, infinities, NaNs), through Reduce (the F16C path where
+// the CPU has it, Note [float16 sums with F16C]) against the portable
+// conversions, bit for bit; in place and not, with a tail that is not a
+// multiple of the vector width.
+TEST(ReduceTest, HalfSumsAreBitExactForEveryPattern) {
+  const std::vector<uint16_t> others = {
+      0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00,
+      0x3c01, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x1234,
+      0x5555, 0xd555, 0x6000, 0x0200, 0xfe01};
+  const size_t n = 65536 + 5;
+  std::vector<uint16_t> a(n), b(n), out(n);
+  for (uint16_t other : others) {
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = static_cast<uint16_t>(i);
+      b[i] = static_cast<uint16_t>(other + (i >> 16));
+    }
+    Reduce(ReduceOp::kSum, DataType::kFloat16, out.data(), a.data(), b.data(),
+           n);
+    std::vector<uint16_t> in_place = a;
+    Reduce(ReduceOp::kSum, DataType::kFloat16, in_place.data(),
+           in_place.data(), b.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t want = FloatToHalf(HalfToFloat(a[i]) + HalfToFloat(b[i]));
+      ASSERT_EQ(out[i], want) << std::hex << a[i] << " + " << b[i];
+      ASSERT_EQ(in_place[i], want) << std::hex << a[i] << " + " << b[i];
+    }
+  }
+}
+
 TEST(ConversionTest, HalfRoundTripsAllBitPatterns) {
   for (uint32_t h = 0; h <= 0xffff; ++h) {
     const float f = HalfToFloat(static_cast<uint16_t>(h));
