@@ -172,6 +172,16 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
       break;
     case wire::ALLGATHER:
     case wire::ALLTOALL:
+      // Rows are counted along the first dimension: a scalar has none.
+      // (Submit rejects it; a request list from a peer may still carry it.)
+      for (int i = 0; i < size; ++i) {
+        if (by_rank[i] && by_rank[i]->shape_size() == 0) {
+          return Error(name, first->type(), absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("rank ", labels[i],
+                                    " sent a scalar, which has no first "
+                                    "dimension to gather or split"));
+        }
+      }
       if ((err = check("shape", TrailingShape))) return *err;
       break;
     case wire::BARRIER:

@@ -261,6 +261,17 @@ TEST(BuildResponse, DeviceMismatchIsAnError) {
   EXPECT_THAT(r.error(), HasSubstr("device mismatch: rank 0 has cpu; rank 1 has cuda"));
 }
 
+TEST(BuildResponse, AScalarToGatherIsAnErrorNotACrash) {
+  // Submit rejects it; a peer's request list may still carry it.
+  wire::Request a = Allreduce("g", {});
+  a.set_type(wire::ALLGATHER);
+  wire::Request b = a;
+  b.add_shape(3);
+  wire::Response r = BuildResponse({a, b});
+  ASSERT_EQ(r.type(), wire::RESPONSE_ERROR);
+  EXPECT_THAT(r.error(), HasSubstr("rank 0 sent a scalar"));
+}
+
 TEST(BuildResponse, EachRankMayUseItsOwnGpu) {
   wire::Request a = Allreduce("d", {1});
   a.set_device_type(static_cast<int>(DeviceType::kCuda));
