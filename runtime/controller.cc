@@ -29,34 +29,35 @@ std::string Coordinator::RankLabel(int rank) const {
   return absl::StrCat(config_.global_ranks[rank]);
 }
 
-void Coordinator::AddRequests(int rank, const wire::RequestList& list,
+void Coordinator::AddRequests(int rank, wire::RequestList list,
                               absl::Time now) {
   acked_[rank] = std::max(acked_[rank], list.acked_seq());
   if (cache_.graveyard_size() > 0) {  // O(ranks): only when there is work
     cache_.PruneGraveyard(*std::min_element(acked_.begin(), acked_.end()));
   }
   for (int64_t id : list.cached_ids()) {
-    const wire::Request* request = cache_.Find(id);
+    std::shared_ptr<const wire::Request> request = cache_.Find(id);
     if (!request) continue;  // Cannot happen: ids outlive every ack.
     ++cache_hits_received_;
-    Add(rank, *request, id, now);
+    Add(rank, std::move(request), id, now);
   }
-  for (const wire::Request& request : list.requests()) {
+  for (wire::Request& request : *list.mutable_requests()) {
     ++requests_received_;
     if (request.type() == wire::JOIN) {
       AddJoin(rank, now);
     } else {
-      Add(rank, request, -1, now);
+      Add(rank, std::make_shared<const wire::Request>(std::move(request)), -1,
+          now);
     }
   }
   if (list.shutdown() && shutdown_.insert(rank).second) {
     for (auto it = pending_.begin(); it != pending_.end();) {
-      if (!it->second.by_rank[rank].has_value()) {
+      if (!it->second.by_rank[rank]) {
         FailPending(it->first, it->second, absl::StatusCode::kAborted,
                     absl::StrCat("rank ", RankLabel(rank),
                                  " shut down without submitting it"),
                     now);
-        it = pending_.erase(it);
+        it = ErasePending(it);
       } else {
         ++it;
       }
@@ -64,25 +65,41 @@ void Coordinator::AddRequests(int rank, const wire::RequestList& list,
   }
 }
 
-void Coordinator::Add(int rank, wire::Request request, int64_t cache_id,
-                      absl::Time now) {
-  auto [it, inserted] = pending_.try_emplace(request.name());
+std::map<std::string, Coordinator::Pending>::iterator Coordinator::ErasePending(
+    std::map<std::string, Pending>::iterator it) {
+  if (it->second.stall_reported) --stall_reported_;
+  if (it->second.first_seen <= oldest_) oldest_stale_ = true;
+  return pending_.erase(it);
+}
+
+absl::Time Coordinator::OldestPending() const {
+  if (oldest_stale_) {
+    oldest_ = absl::InfiniteFuture();
+    for (const auto& [name, p] : pending_) oldest_ = std::min(oldest_, p.first_seen);
+    oldest_stale_ = false;
+  }
+  return oldest_;
+}
+
+void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
+                      int64_t cache_id, absl::Time now) {
+  auto [it, inserted] = pending_.try_emplace(request->name());
   Pending& p = it->second;
   if (inserted) {
     p.by_rank.resize(size_);
     p.cache_id.assign(size_, -1);
     p.first_seen = now;
-    if (config_.timeline) config_.timeline->Begin(request.name(), "NEGOTIATE");
+    oldest_ = std::min(oldest_, now);  // (a stale value is rescanned anyway)
+    if (config_.timeline) config_.timeline->Begin(request->name(), "NEGOTIATE");
   }
-  if (p.by_rank[rank].has_value()) return;  // Rejected on the rank already.
-  request.set_rank(rank);
+  if (p.by_rank[rank]) return;  // Rejected on the rank already.
   p.by_rank[rank] = std::move(request);
   p.cache_id[rank] = cache_id;
   ++p.count;
   // A name that a departed rank never submitted can never become ready.
   std::vector<std::string> gone;
   for (int r : shutdown_) {
-    if (!p.by_rank[r].has_value()) gone.push_back(RankLabel(r));
+    if (!p.by_rank[r]) gone.push_back(RankLabel(r));
   }
   if (!gone.empty()) {
     FailPending(it->first, p, absl::StatusCode::kAborted,
@@ -90,7 +107,7 @@ void Coordinator::Add(int rank, wire::Request request, int64_t cache_id,
                              absl::StrJoin(gone, ", "),
                              " shut down without submitting it"),
                 now);
-    pending_.erase(it);
+    ErasePending(it);
     return;
   }
   MaybeReady(it, now);
@@ -106,7 +123,10 @@ void Coordinator::AddJoin(int rank, absl::Time now) {
     done.add_elements(0);
     done.set_value(config_.global_ranks[last_joined_]);
     joined_.clear();
-    PushReady({std::move(done), now, {}, -1});
+    Ready ready;
+    ready.response = std::move(done);
+    ready.ready_at = now;
+    PushReady(std::move(ready));
     return;
   }
   // Names that waited only for this rank may now be ready.
@@ -125,12 +145,10 @@ void Coordinator::MaybeReady(std::map<std::string, Pending>::iterator it,
   if (p.count == 0 || p.count + static_cast<int>(joined_.size()) < size_) {
     return;
   }
-  std::vector<const wire::Request*> by_rank(size_, nullptr);
-  for (int r = 0; r < size_; ++r) {
-    if (p.by_rank[r].has_value()) {
-      by_rank[r] = &*p.by_rank[r];
-    } else if (!joined_.count(r)) {
-      return;  // Still waiting for rank r.
+  // (count counts distinct ranks: with nobody joined, everyone submitted.)
+  if (!joined_.empty()) {
+    for (int r = 0; r < size_; ++r) {
+      if (!p.by_rank[r] && !joined_.count(r)) return;  // Still waiting for r.
     }
   }
   Ready ready;
@@ -144,42 +162,45 @@ void Coordinator::MaybeReady(std::map<std::string, Pending>::iterator it,
   // the cached one, which was validated when it entered the cache: its
   // response is the cached one (the steady state of a training loop; no
   // validation, no copies of the request).
-  const wire::Response* cached = ready.cache_id >= 0 && joined_.empty()
-                                     ? cache_.CachedResponse(ready.cache_id)
-                                     : nullptr;
+  std::shared_ptr<const wire::Response> cached =
+      ready.cache_id >= 0 && joined_.empty()
+          ? cache_.SharedResponse(ready.cache_id)
+          : nullptr;
   if (cached && cached->type() != wire::RESPONSE_ERROR) {
-    ready.response = *cached;  // canonical stays empty: see TakeResponseList
+    ready.cached = std::move(cached);  // canonical stays null: see TakeResponseList
   } else {
+    std::vector<const wire::Request*> by_rank(size_, nullptr);
+    for (int r = 0; r < size_; ++r) by_rank[r] = p.by_rank[r].get();
     ready.response = BuildResponse(by_rank, config_.global_ranks);
-    for (const auto* r : by_rank) {
-      if (r) {
-        ready.canonical = *r;
-        ready.canonical.set_rank(0);
+    for (int r = 0; r < size_; ++r) {
+      if (p.by_rank[r]) {
+        ready.canonical = p.by_rank[r];
         break;
       }
     }
   }
-  if (ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+  if (!ready.cached &&
+      ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
     ready.response.set_value(next_process_set_id_++);
   }
-  pending_.erase(it);
+  ErasePending(it);
   PushReady(std::move(ready));
 }
 
 void Coordinator::PushReady(Ready ready) {
   if (config_.timeline && config_.timeline->enabled()) {
-    const std::string& name = ready.response.names(0);
+    const std::string& name = ready.get().names(0);
     config_.timeline->End(name, "NEGOTIATE");
-    if (IsData(ready.response)) config_.timeline->Begin(name, "QUEUE");
+    if (IsData(ready.get())) config_.timeline->Begin(name, "QUEUE");
   }
-  const std::string group = ready.canonical.group();
-  const int group_size = ready.canonical.group_size();
-  if (group.empty()) {
+  if (!ready.canonical || ready.canonical->group().empty()) {
     ready_.push_back(std::move(ready));
     return;
   }
-  // Grouped: wait for every member, then release them together; one bad
-  // member fails the group.
+  // Grouped (never from the cache): wait for every member, then release
+  // them together; one bad member fails the group.
+  const std::string group = ready.canonical->group();
+  const int group_size = ready.canonical->group_size();
   std::vector<Ready>& members = groups_[group];
   members.push_back(std::move(ready));
   if (static_cast<int>(members.size()) < group_size) return;
@@ -209,7 +230,7 @@ void Coordinator::PushReady(Ready ready) {
 std::string Coordinator::RanksWhere(const Pending& p, bool submitted) const {
   std::vector<std::string> ranks;
   for (int r = 0; r < size_; ++r) {
-    if (p.by_rank[r].has_value() == submitted) ranks.push_back(RankLabel(r));
+    if ((p.by_rank[r] != nullptr) == submitted) ranks.push_back(RankLabel(r));
   }
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
                       absl::StrJoin(ranks, ", "));
@@ -220,8 +241,8 @@ void Coordinator::FailPending(const std::string& name, const Pending& p,
                               absl::Time now) {
   Ready ready;
   for (const auto& r : p.by_rank) {
-    if (r.has_value()) {
-      ready.canonical = *r;
+    if (r) {
+      ready.canonical = r;
       break;
     }
   }
@@ -229,7 +250,8 @@ void Coordinator::FailPending(const std::string& name, const Pending& p,
   e.set_type(wire::RESPONSE_ERROR);
   e.add_names(name);
   e.set_error_code(static_cast<int>(code));
-  e.set_error(absl::StrCat(CollectiveName(ready.canonical.type()), " \"", name,
+  e.set_error(absl::StrCat(CollectiveName(ready.canonical ? ready.canonical->type()
+                                                  : wire::ALLREDUCE), " \"", name,
                            "\": ", message, " (submitted by ",
                            RanksWhere(p, /*submitted=*/true), ")"));
   ready.ready_at = now;
@@ -237,6 +259,7 @@ void Coordinator::FailPending(const std::string& name, const Pending& p,
 }
 
 void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
+  if (now - OldestPending() < op_timeout) return;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (now - it->second.first_seen >= op_timeout) {
       FailPending(
@@ -246,7 +269,7 @@ void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
                        RanksWhere(it->second, /*submitted=*/false),
                        " to submit it"),
           now);
-      it = pending_.erase(it);
+      it = ErasePending(it);
     } else {
       ++it;
     }
@@ -255,12 +278,14 @@ void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
 
 std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
                                                   absl::Time now) {
+  if (now - OldestPending() < check_time) return {};
   std::map<int, std::vector<std::string>> missing_by_rank;
   for (auto& [name, p] : pending_) {
     if (p.stall_reported || now - p.first_seen < check_time) continue;
     p.stall_reported = true;
+    ++stall_reported_;
     for (int r = 0; r < size_; ++r) {
-      if (!p.by_rank[r].has_value() && !joined_.count(r)) {
+      if (!p.by_rank[r] && !joined_.count(r)) {
         missing_by_rank[config_.global_ranks[r]].push_back(name);
       }
     }
@@ -275,6 +300,7 @@ std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
 
 std::optional<std::string> Coordinator::StalledPast(absl::Duration shutdown_time,
                                                     absl::Time now) const {
+  if (now - OldestPending() < shutdown_time) return std::nullopt;
   for (const auto& [name, p] : pending_) {
     if (now - p.first_seen >= shutdown_time) {
       return absl::StrCat(
@@ -287,14 +313,12 @@ std::optional<std::string> Coordinator::StalledPast(absl::Duration shutdown_time
 }
 
 absl::Time Coordinator::NextPendingDeadline(absl::Duration delay) const {
-  absl::Time next = absl::InfiniteFuture();
-  for (const auto& [name, p] : pending_) {
-    next = std::min(next, p.first_seen + delay);
-  }
-  return next;
+  return OldestPending() + delay;
 }
 
 absl::Time Coordinator::NextStallCheck(absl::Duration check_time) const {
+  // Until a name is reported, the oldest is the next to check.
+  if (stall_reported_ == 0) return OldestPending() + check_time;
   absl::Time next = absl::InfiniteFuture();
   for (const auto& [name, p] : pending_) {
     if (!p.stall_reported) next = std::min(next, p.first_seen + check_time);
@@ -307,50 +331,47 @@ wire::ResponseList Coordinator::TakeResponseList() {
   list.set_process_set(config_.process_set);
   list.set_seq(++seq_);
   list.set_cache_frozen(!joined_.empty());
-  std::vector<wire::Response> singles;
+  std::vector<const wire::Response*> singles;
   singles.reserve(ready_.size());
-  for (Ready& r : ready_) singles.push_back(std::move(r.response));
-  std::vector<std::vector<size_t>> members;
-  std::vector<wire::Response> fused_list = PlanFusion(
-      std::move(singles), config_.fusion_threshold_bytes, size_, &members);
-  for (size_t b = 0; b < fused_list.size(); ++b) {
-    wire::Response& fused = fused_list[b];
+  for (const Ready& r : ready_) singles.push_back(&r.get());
+  const std::vector<std::vector<size_t>> members =
+      PlanBuckets(singles, config_.fusion_threshold_bytes, size_);
+  list.mutable_responses()->Reserve(static_cast<int>(members.size()));
+  for (size_t b = 0; b < members.size(); ++b) {
+    const bool data = IsData(*singles[members[b][0]]);
     // The response cache's changes (Note [Response cache]); and a response
     // whose every member came by cache id travels as those ids.
-    bool all_cached = IsData(fused);
+    bool all_cached = data;
     for (size_t i : members[b]) {
       const Ready& r = ready_[i];
       if (r.cache_id < 0 || !cache_.IsCurrent(r.cache_id)) all_cached = false;
     }
-    if (!list.cache_frozen()) {
-      for (size_t k = 0; k < members[b].size(); ++k) {
-        const Ready& r = ready_[members[b][k]];
-        if (!IsData(fused)) {
-          cache_.Erase(fused.names(static_cast<int>(k)), list.seq());
-        } else if (all_cached) {
-          cache_.Touch(r.cache_id);
-        } else if (fused.type() == wire::RESPONSE_ALLREDUCE ||
-                   fused.type() == wire::RESPONSE_BROADCAST) {
-          // A member served from the cache (MaybeReady) fused with others
-          // that were not: re-inserted from the cache's own copy.
-          // (A copy: Insert first evicts the entry it came from.)
-          if (r.canonical.name().empty() && r.cache_id >= 0) {
-            if (const wire::Request* c = cache_.Find(r.cache_id)) {
-              const wire::Request copy = *c;
-              cache_.Insert(copy, list.seq());
-            }
-          } else {
-            cache_.Insert(r.canonical, list.seq());
-          }
-        }
+    // Built before this bucket's cache changes, which may evict the
+    // entries its members' responses came from (they stay alive: shared).
+    wire::Response* fused = list.add_responses();
+    if (all_cached) {
+      fused->mutable_cache_ids()->Reserve(static_cast<int>(members[b].size()));
+      for (size_t i : members[b]) fused->add_cache_ids(ready_[i].cache_id);
+    } else {
+      *fused = FuseBucket(singles, members[b]);
+    }
+    if (list.cache_frozen()) continue;
+    for (size_t k = 0; k < members[b].size(); ++k) {
+      const Ready& r = ready_[members[b][k]];
+      if (!data) {
+        cache_.Erase(singles[members[b][k]]->names(0), list.seq());
+      } else if (all_cached) {
+        cache_.Touch(r.cache_id);
+      } else if (fused->type() == wire::RESPONSE_ALLREDUCE ||
+                 fused->type() == wire::RESPONSE_BROADCAST) {
+        // A member served from the cache (MaybeReady) fused with others
+        // that were not: re-inserted from the cache's own copy (held here:
+        // Insert first evicts the entry it came from).
+        std::shared_ptr<const wire::Request> request =
+            r.canonical ? r.canonical : cache_.Find(r.cache_id);
+        if (request) cache_.Insert(*request, list.seq());
       }
     }
-    if (all_cached) {
-      wire::Response compact;
-      for (size_t i : members[b]) compact.add_cache_ids(ready_[i].cache_id);
-      fused = std::move(compact);
-    }
-    *list.add_responses() = std::move(fused);
   }
   ready_.clear();
   return list;

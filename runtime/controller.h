@@ -35,6 +35,7 @@
 
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -74,8 +75,9 @@ class Coordinator {
   };
   explicit Coordinator(Config config);
 
-  // Records what set rank `rank` sent. `now` stamps new names.
-  void AddRequests(int rank, const wire::RequestList& list, absl::Time now);
+  // Records what set rank `rank` sent. `now` stamps new names. (By value:
+  // the requests move into the coordinator.)
+  void AddRequests(int rank, wire::RequestList list, absl::Time now);
 
   // Names pending longer than `op_timeout` become DeadlineExceeded errors.
   void ExpireOlderThan(absl::Duration op_timeout, absl::Time now);
@@ -114,19 +116,28 @@ class Coordinator {
 
  private:
   struct Pending {
-    std::vector<std::optional<wire::Request>> by_rank;
+    // Per rank: its request, null until submitted. A request that came as a
+    // cache id shares the cache's copy.
+    std::vector<std::shared_ptr<const wire::Request>> by_rank;
     std::vector<int64_t> cache_id;  // per rank: the id it sent, or -1
     int count = 0;
     absl::Time first_seen;
     bool stall_reported = false;
   };
   struct Ready {
+    // The response: the cache's own when every rank sent the same current
+    // cache id (no copy), else built here.
+    std::shared_ptr<const wire::Response> cached;
     wire::Response response;
     absl::Time ready_at;
-    wire::Request canonical;  // for the response cache
-    int64_t cache_id = -1;    // every rank sent this id
+    // A request of the name (rank ignored), for the response cache; null
+    // when served from the cache.
+    std::shared_ptr<const wire::Request> canonical;
+    int64_t cache_id = -1;  // every rank sent this id
+    const wire::Response& get() const { return cached ? *cached : response; }
   };
-  void Add(int rank, wire::Request request, int64_t cache_id, absl::Time now);
+  void Add(int rank, std::shared_ptr<const wire::Request> request,
+           int64_t cache_id, absl::Time now);
   void AddJoin(int rank, absl::Time now);
   // Makes `name` ready if every rank has submitted it or joined.
   void MaybeReady(std::map<std::string, Pending>::iterator it, absl::Time now);
@@ -138,10 +149,20 @@ class Coordinator {
   // submitted.
   std::string RanksWhere(const Pending& pending, bool submitted) const;
   std::string RankLabel(int rank) const;
+  // Erases a pending name, keeping the bookkeeping below; returns the next.
+  std::map<std::string, Pending>::iterator ErasePending(
+      std::map<std::string, Pending>::iterator it);
+  // The earliest first_seen over pending names (InfiniteFuture if none).
+  // The background loop asks on every turn: O(1) unless the name that was
+  // the oldest has left since, then one scan.
+  absl::Time OldestPending() const;
 
   const Config config_;
   const int size_;
   std::map<std::string, Pending> pending_;
+  mutable absl::Time oldest_ = absl::InfiniteFuture();  // see OldestPending
+  mutable bool oldest_stale_ = false;
+  int stall_reported_ = 0;  // pending names with stall_reported
   std::deque<Ready> ready_;
   // Grouped allreduce: members that are ready, by group key.
   std::map<std::string, std::vector<Ready>> groups_;

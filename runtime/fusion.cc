@@ -47,37 +47,58 @@ int64_t ResponseBytes(const wire::Response& r, int world_size) {
   return bytes;
 }
 
-std::vector<wire::Response> PlanFusion(
-    std::vector<wire::Response> ready, int64_t threshold_bytes, int world_size,
-    std::vector<std::vector<size_t>>* members) {
-  std::vector<wire::Response> buckets;
+std::vector<std::vector<size_t>> PlanBuckets(
+    const std::vector<const wire::Response*>& ready, int64_t threshold_bytes,
+    int world_size) {
+  std::vector<std::vector<size_t>> buckets;
   std::vector<int64_t> bucket_bytes;
   std::vector<bool> open;
-  if (members) members->clear();
   for (size_t i = 0; i < ready.size(); ++i) {
-    wire::Response& r = ready[i];
+    const wire::Response& r = *ready[i];
     const int64_t bytes = ResponseBytes(r, world_size);
     bool placed = false;
     if (r.type() != wire::RESPONSE_ERROR && threshold_bytes > 0) {
       for (size_t b = 0; b < buckets.size(); ++b) {
-        if (!open[b] || !Compatible(buckets[b], r)) continue;
+        if (!open[b] || !Compatible(*ready[buckets[b][0]], r)) continue;
         if (bucket_bytes[b] + bytes > threshold_bytes) continue;
-        Append(&buckets[b], r);
+        buckets[b].push_back(i);
         bucket_bytes[b] += bytes;
-        if (members) (*members)[b].push_back(i);
         placed = true;
         break;
       }
     }
     if (!placed) {
-      const bool can_grow =
-          r.type() != wire::RESPONSE_ERROR && bytes < threshold_bytes;
-      buckets.push_back(std::move(r));
+      buckets.push_back({i});
       bucket_bytes.push_back(bytes);
-      open.push_back(can_grow);
-      if (members) members->push_back({i});
+      open.push_back(r.type() != wire::RESPONSE_ERROR && bytes < threshold_bytes);
     }
   }
+  return buckets;
+}
+
+wire::Response FuseBucket(const std::vector<const wire::Response*>& ready,
+                          const std::vector<size_t>& members) {
+  wire::Response fused = *ready[members[0]];
+  if (members.size() > 1) {
+    fused.mutable_names()->Reserve(static_cast<int>(members.size()));
+    fused.mutable_elements()->Reserve(static_cast<int>(members.size()));
+  }
+  for (size_t k = 1; k < members.size(); ++k) Append(&fused, *ready[members[k]]);
+  return fused;
+}
+
+std::vector<wire::Response> PlanFusion(
+    std::vector<wire::Response> ready, int64_t threshold_bytes, int world_size,
+    std::vector<std::vector<size_t>>* members) {
+  std::vector<const wire::Response*> ptrs;
+  ptrs.reserve(ready.size());
+  for (const wire::Response& r : ready) ptrs.push_back(&r);
+  std::vector<std::vector<size_t>> plan =
+      PlanBuckets(ptrs, threshold_bytes, world_size);
+  std::vector<wire::Response> buckets;
+  buckets.reserve(plan.size());
+  for (const auto& m : plan) buckets.push_back(FuseBucket(ptrs, m));
+  if (members) *members = std::move(plan);
   return buckets;
 }
 

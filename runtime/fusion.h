@@ -24,7 +24,18 @@ namespace kolo {
 // sizes (allgather: of every rank's contribution).
 int64_t ResponseBytes(const wire::Response& response, int world_size);
 
-// `ready` holds one response per tensor, in ready order. If `members` is
+// The plan alone: bucket b lists the indices in `ready` (one response per
+// tensor, in ready order) of its tensors, in the bucket's order.
+std::vector<std::vector<size_t>> PlanBuckets(
+    const std::vector<const wire::Response*>& ready, int64_t threshold_bytes,
+    int world_size);
+
+// One bucket's response: its first member's fields, and every member's
+// names, elements and first dims in order.
+wire::Response FuseBucket(const std::vector<const wire::Response*>& ready,
+                          const std::vector<size_t>& members);
+
+// PlanBuckets and FuseBucket for every bucket. If `members` is
 // given, (*members)[b] lists the indices in `ready` of bucket b's tensors,
 // in the bucket's order.
 std::vector<wire::Response> PlanFusion(

@@ -1,5 +1,8 @@
 #include "runtime/response_cache.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "runtime/controller.h"
 
 namespace kolo {
@@ -11,11 +14,29 @@ wire::Request Canonical(const wire::Request& request) {
   return c;
 }
 
-bool Same(const wire::Request& a, const wire::Request& b) {
-  return Canonical(a).SerializeAsString() == Canonical(b).SerializeAsString();
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+template <typename Repeated>
+bool SameElements(const Repeated& a, const Repeated& b) {
+  return a.size() == b.size() &&
+         std::equal(a.begin(), a.end(), b.begin());
 }
 
 }  // namespace
+
+bool SameRequest(const wire::Request& a, const wire::Request& b) {
+  // Cheap integer fields first; names last (they usually match).
+  return a.type() == b.type() && a.dtype() == b.dtype() &&
+         a.device_type() == b.device_type() &&
+         a.device_index() == b.device_index() && a.root() == b.root() &&
+         a.op() == b.op() && a.process_set() == b.process_set() &&
+         a.group_size() == b.group_size() &&
+         SameBits(a.prescale(), b.prescale()) &&
+         SameBits(a.postscale(), b.postscale()) &&
+         SameElements(a.shape(), b.shape()) &&
+         SameElements(a.splits(), b.splits()) && a.group() == b.group() &&
+         a.name() == b.name();
+}
 
 bool ResponseCache::Cacheable(const wire::Request& r) {
   return (r.type() == wire::ALLREDUCE || r.type() == wire::BROADCAST) &&
@@ -27,19 +48,25 @@ int64_t ResponseCache::Lookup(const wire::Request& request) const {
   auto it = by_name_.find(request.name());
   if (it == by_name_.end()) return -1;
   const Entry& e = entries_.at(it->second);
-  return Same(e.request, request) ? it->second : -1;
+  return SameRequest(*e.request, request) ? it->second : -1;
 }
 
-const wire::Request* ResponseCache::Find(int64_t id) const {
+std::shared_ptr<const wire::Request> ResponseCache::Find(int64_t id) const {
   auto it = entries_.find(id);
-  if (it != entries_.end()) return &it->second.request;
+  if (it != entries_.end()) return it->second.request;
   auto g = graveyard_.find(id);
-  return g == graveyard_.end() ? nullptr : &g->second.first;
+  return g == graveyard_.end() ? nullptr : g->second.first;
 }
 
 const wire::Response* ResponseCache::CachedResponse(int64_t id) const {
   auto it = entries_.find(id);
-  return it == entries_.end() ? nullptr : &it->second.response;
+  return it == entries_.end() ? nullptr : it->second.response.get();
+}
+
+std::shared_ptr<const wire::Response> ResponseCache::SharedResponse(
+    int64_t id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : it->second.response;
 }
 
 void ResponseCache::Touch(int64_t id) {
@@ -65,14 +92,16 @@ void ResponseCache::Insert(const wire::Request& request, int64_t seq) {
   }
   while (static_cast<int>(entries_.size()) >= capacity_) {
     const int64_t victim = lru_.back();
-    by_name_.erase(entries_.at(victim).request.name());
+    by_name_.erase(entries_.at(victim).request->name());
     Evict(victim, seq);
   }
   const int64_t id = next_id_++;
   lru_.push_front(id);
   Entry& e = entries_[id];
-  e.request = Canonical(request);
-  e.response = BuildResponse({e.request});
+  auto canonical = std::make_shared<wire::Request>(Canonical(request));
+  e.response = std::make_shared<const wire::Response>(
+      BuildResponse(std::vector<const wire::Request*>{canonical.get()}, {0}));
+  e.request = std::move(canonical);
   e.lru = lru_.begin();
   by_name_[request.name()] = id;
 }

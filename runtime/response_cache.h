@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -44,14 +45,17 @@ class ResponseCache {
   // Whether requests of this kind are cached at all.
   static bool Cacheable(const wire::Request& request);
 
-  // The id under which an identical request is cached, or -1.
+  // The id under which an identical request (SameRequest) is cached, or -1.
   int64_t Lookup(const wire::Request& request) const;
 
   // The request of a current or recently evicted id (coordinator), or null.
-  const wire::Request* Find(int64_t id) const;
+  // Shared: the coordinator holds it while the name is pending, without a
+  // copy, and eviction does not take it away.
+  std::shared_ptr<const wire::Request> Find(int64_t id) const;
   bool IsCurrent(int64_t id) const { return entries_.count(id) > 0; }
   // The single-tensor response of a current id, or null.
   const wire::Response* CachedResponse(int64_t id) const;
+  std::shared_ptr<const wire::Response> SharedResponse(int64_t id) const;
 
   // The changes of Note [Response cache]. `seq` is the list's position.
   void Touch(int64_t id);
@@ -67,8 +71,8 @@ class ResponseCache {
 
  private:
   struct Entry {
-    wire::Request request;    // canonical: rank cleared
-    wire::Response response;  // what the coordinator would build
+    std::shared_ptr<const wire::Request> request;    // canonical: rank cleared
+    std::shared_ptr<const wire::Response> response;  // what the coordinator would build
     std::list<int64_t>::iterator lru;
   };
   void Evict(int64_t id, int64_t seq);
@@ -79,8 +83,15 @@ class ResponseCache {
   std::unordered_map<std::string, int64_t> by_name_;
   std::list<int64_t> lru_;  // most recently used first
   // id -> (request, seq of the list that evicted it)
-  std::map<int64_t, std::pair<wire::Request, int64_t>> graveyard_;
+  std::map<int64_t, std::pair<std::shared_ptr<const wire::Request>, int64_t>>
+      graveyard_;
 };
+
+// Whether two requests are the same collective on the same tensor: every
+// field but the submitting rank (doubles compared by their bits, as the
+// wire would). controller_test checks that every field of wire::Request is
+// compared, so a new field cannot be forgotten here.
+bool SameRequest(const wire::Request& a, const wire::Request& b);
 
 }  // namespace kolo
 

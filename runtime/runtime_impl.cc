@@ -339,7 +339,8 @@ absl::Status RuntimeImpl::ExplainCollectiveFailure(const absl::Status& error) {
 // The loop sleeps until something happens: a caller submitted work, a
 // control message arrived, or a deadline is due (the coordinator's batching
 // window, an op timeout, the stall inspector). There is no fixed tick: an
-// idle job costs nothing and a lone request is sent at once. It waits on one
+// idle job costs nothing and a lone request is sent at once (a burst as one
+// list: Note [Coalescing submissions]). It waits on one
 // Wakeup (runtime/sync/wakeup.h), which callers, control-plane reader
 // threads and, over shared memory, peers ring; while some caller is blocked
 // in Work::Wait it first spins for KOLO_SPIN_TIME, since the answer it
@@ -380,12 +381,13 @@ void RuntimeImpl::BackgroundLoop() {
     next_wakeup = absl::InfiniteFuture();
     timeline_.Marker("CYCLE_START");
 
-    SendRequests(now);
+    CoalesceSubmissions();
+    SendRequests(absl::Now());
     if (!fatal_status().ok()) break;
     if (control_) {
       for (ControlEvent& event : control_->TakeEvents()) {
         if (coordinator && event.message.has_request_list()) {
-          const wire::RequestList& list = event.message.request_list();
+          wire::RequestList& list = *event.message.mutable_request_list();
           std::shared_ptr<ProcessSetState> set;
           {
             std::lock_guard<std::mutex> lock(sets_mu_);
@@ -402,7 +404,7 @@ void RuntimeImpl::BackgroundLoop() {
             break;
           }
           set->coordinator->AddRequests(
-              static_cast<int>(me - set->ranks.begin()), list, now);
+              static_cast<int>(me - set->ranks.begin()), std::move(list), now);
         } else if (!coordinator && event.message.has_response_list()) {
           const wire::ResponseList& list = event.message.response_list();
           std::shared_ptr<ProcessSetState> set;
@@ -426,6 +428,32 @@ void RuntimeImpl::BackgroundLoop() {
     loop_done_ = true;
   }
   state_cv_.notify_all();
+}
+
+// Note [Coalescing submissions]
+// A burst of submissions (a framework's gradient hooks, a loop over many
+// tensors) is best sent as one request list: each list costs a pass here
+// and one at the coordinator, and a loop that takes every tensor as it
+// comes competes with the submitting thread for a core (on a machine with
+// fewer cores than threads, it delays the burst it tries to serve). So
+// while nobody waits yet, the loop lets a burst finish: it polls (yielding
+// its core) until no submission came for 5 us, a caller waits (then it
+// sends at once) or KOLO_SPIN_TIME passed. A lone request is held until its
+// caller calls Wait, or 5 us. With KOLO_SPIN_TIME=0 nothing is held back.
+void RuntimeImpl::CoalesceSubmissions() {
+  constexpr int64_t kQuietNanos = 5000;
+  if (options_.spin_time <= absl::ZeroDuration() ||
+      !queue_.has_new_requests() ||
+      waiters_->load(std::memory_order_seq_cst) > 0) {
+    return;
+  }
+  SpinUntil(
+      [&] {
+        return waiters_->load(std::memory_order_relaxed) > 0 ||
+               internal::MonotonicNanos() - queue_.last_add_nanos() >=
+                   kQuietNanos;
+      },
+      options_.spin_time);
 }
 
 void RuntimeImpl::SendRequests(absl::Time now) {
@@ -474,7 +502,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     list.set_acked_seq(set.executed_seq);
     ++counters_.request_lists_sent;
     if (options_.rank == 0) {
-      set.coordinator->AddRequests(set.rank, list, now);
+      set.coordinator->AddRequests(set.rank, std::move(list), now);
     } else {
       wire::ControlMessage message;
       *message.mutable_request_list() = std::move(list);
@@ -574,10 +602,15 @@ void RuntimeImpl::ExecuteList(ProcessSetState& set,
   if (!sent_here) set.cache->PruneGraveyard(list.seq());
 }
 
-void RuntimeImpl::ExecuteResponse(ProcessSetState& set, wire::Response response,
+void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
+                                  const wire::Response& compact,
                                   bool apply_cache) {
-  const bool from_cache = response.cache_ids_size() > 0;
-  if (!ExpandCachedResponse(*set.cache, &response)) {
+  // A response that came as cache ids is rebuilt from this rank's cache.
+  const bool from_cache = compact.cache_ids_size() > 0;
+  wire::Response expanded;
+  if (from_cache) expanded.CopyFrom(compact);
+  const wire::Response& response = from_cache ? expanded : compact;
+  if (from_cache && !ExpandCachedResponse(*set.cache, &expanded)) {
     Fatal(absl::InternalError(absl::StrCat(
         "rank ", options_.rank, ": response cache of process set ", set.id,
         " out of step with the coordinator")));
@@ -600,11 +633,13 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set, wire::Response response,
   }
   if (response.type() == wire::RESPONSE_JOIN) joined_ = false;
 
+  std::vector<std::unique_ptr<TensorEntry>> taken;
+  queue_.TakeAll(set.id, response.names(), &taken);
   std::vector<std::unique_ptr<TensorEntry>> entries;
   entries.reserve(response.names_size());
   for (int i = 0; i < response.names_size(); ++i) {
     const std::string& name = response.names(i);
-    auto entry = queue_.Take(set.id, name);
+    std::unique_ptr<TensorEntry> entry = std::move(taken[i]);
     if (!entry && response.type() == wire::RESPONSE_ALLREDUCE && joined_) {
       // Joined: contribute zeros so that the others' sums go on.
       entry = std::make_unique<TensorEntry>();

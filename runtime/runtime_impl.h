@@ -95,12 +95,14 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
  private:
   // Note [Background loop] in runtime_impl.cc.
   void BackgroundLoop();
+  // Note [Coalescing submissions]: waits for a burst to end.
+  void CoalesceSubmissions();
   void SendRequests(absl::Time now);
   void CoordinatorStep(absl::Time now, absl::Time* next_wakeup, bool* done);
   void SendList(ProcessSetState& set, const wire::ResponseList& list);
   void ExecuteList(ProcessSetState& set, const wire::ResponseList& list,
                    bool sent_here);
-  void ExecuteResponse(ProcessSetState& set, wire::Response response,
+  void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
                        bool apply_cache);
   void RegisterProcessSet(int id, std::vector<int> ranks);
   absl::Status ConnectProcessSet(ProcessSetState& set);

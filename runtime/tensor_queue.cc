@@ -2,12 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/controller.h"
+#include "runtime/sync/wakeup.h"
 
 namespace kolo {
-
-std::string QueueKey(int process_set, const std::string& name) {
-  return absl::StrCat(process_set, "/", name);
-}
 
 void TensorEntry::Complete(const absl::Status& status,
                            std::vector<int64_t> splits) {
@@ -24,41 +21,48 @@ void TensorEntry::Complete(const absl::Status& status,
 }
 
 absl::Status TensorQueue::Add(TensorEntry entry) {
+  // Allocations before the lock, which the background thread takes too.
+  auto owned = std::make_unique<TensorEntry>(std::move(entry));
+  wire::Request request = owned->request;
+  std::string name = owned->request.name();
   bool first = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!closed_.ok()) return closed_;
-    const std::string& name = entry.request.name();
-    const std::string key = QueueKey(entry.request.process_set(), name);
-    auto it = table_.find(key);
-    if (it != table_.end() && !it->second->scratch) {
+    auto& set = table_[request.process_set()];
+    auto [it, inserted] = set.try_emplace(std::move(name));
+    if (!inserted && !it->second->scratch) {
       return absl::AlreadyExistsError(absl::StrCat(
-          CollectiveName(entry.request.type()), " \"", name,
+          CollectiveName(request.type()), " \"", request.name(),
           "\": a collective with this name is already in flight on rank ",
-          entry.request.rank(), "; wait for it before reusing the name"));
+          request.rank(), "; wait for it before reusing the name"));
     }
-    if (it != table_.end()) {
+    if (!inserted) {
       // A timed-out entry still waits for its late response under this name.
       return absl::FailedPreconditionError(absl::StrCat(
-          CollectiveName(entry.request.type()), " \"", name,
+          CollectiveName(request.type()), " \"", request.name(),
           "\": an earlier collective with this name timed out and has not "
           "been resolved by the other ranks yet"));
     }
+    earliest_deadline_ = std::min(earliest_deadline_, owned->deadline);
+    it->second = std::move(owned);
     // The background thread takes all new requests at once: it needs a
     // wake-up only for the first one since it last took them, which saves
     // a system call per tensor when many are submitted in a burst.
     first = new_requests_.empty();
-    new_requests_.push_back(entry.request);
-    table_.emplace(key, std::make_unique<TensorEntry>(std::move(entry)));
+    new_requests_.push_back(std::move(request));
+    has_new_.store(true, std::memory_order_release);
+    last_add_nanos_.store(internal::MonotonicNanos(), std::memory_order_release);
   }
   if (first) notify_();
   return absl::OkStatus();
 }
 
 std::vector<wire::Request> TensorQueue::TakeNewRequests() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<wire::Request> out;
   out.swap(new_requests_);
+  has_new_.store(false, std::memory_order_release);
   return out;
 }
 
@@ -66,76 +70,106 @@ std::unique_ptr<TensorEntry> TensorQueue::Take(int process_set,
                                                const std::string& name) {
   std::unique_ptr<TensorEntry> entry;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = table_.find(QueueKey(process_set, name));
-    if (it == table_.end()) return nullptr;
+    absl::MutexLock lock(&mu_);
+    auto set = table_.find(process_set);
+    if (set == table_.end()) return nullptr;
+    auto it = set->second.find(name);
+    if (it == set->second.end()) return nullptr;
     entry = std::move(it->second);
-    table_.erase(it);
-    drained_cv_.notify_all();
+    set->second.erase(it);
+    drained_cv_.SignalAll();
   }
   return entry;
 }
 
-absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
-  absl::Time next = absl::InfiniteFuture();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [key, e] : table_) {
-    if (e->scratch) continue;
-    if (e->deadline > now) {
-      next = std::min(next, e->deadline);
-      continue;
-    }
-    const int64_t bytes = e->input.ByteSize();
-    e->scratch = std::make_shared<std::vector<uint8_t>>(bytes);
-    e->input.data = e->scratch->data();
-    e->output = e->input;
-    e->allocator = [scratch = std::make_shared<std::vector<uint8_t>>(),
-                    dtype = e->input.dtype](const std::vector<int64_t>& shape)
-        -> absl::StatusOr<void*> {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      scratch->resize(n * DataTypeSize(dtype));
-      return static_cast<void*>(scratch->data());
-    };
-    // Completing under the lock is safe: it only wakes waiters.
-    e->Complete(absl::DeadlineExceededError(absl::StrCat(
-        CollectiveName(e->request.type()), " \"", e->request.name(),
-        "\": no response from the coordinator within ",
-        absl::FormatDuration(op_timeout),
-        " (KOLO_OP_TIMEOUT); is rank 0 alive and reachable?")));
+void TensorQueue::TakeAll(
+    int process_set,
+    const google::protobuf::RepeatedPtrField<std::string>& names,
+    std::vector<std::unique_ptr<TensorEntry>>* out) {
+  out->clear();
+  out->resize(names.size());
+  absl::MutexLock lock(&mu_);
+  auto set = table_.find(process_set);
+  if (set == table_.end()) return;
+  for (int i = 0; i < names.size(); ++i) {
+    auto it = set->second.find(names.Get(i));
+    if (it == set->second.end()) continue;
+    (*out)[i] = std::move(it->second);
+    set->second.erase(it);
   }
+  drained_cv_.SignalAll();
+}
+
+absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
+  absl::MutexLock lock(&mu_);
+  // Called on every turn of the background loop: a scan only once the
+  // earliest deadline (possibly of an entry already taken) has come.
+  if (now < earliest_deadline_) return earliest_deadline_;
+  absl::Time next = absl::InfiniteFuture();
+  for (auto& [set, names] : table_) {
+    for (auto& [name, e] : names) {
+      if (e->scratch) continue;
+      if (e->deadline > now) {
+        next = std::min(next, e->deadline);
+        continue;
+      }
+      const int64_t bytes = e->input.ByteSize();
+      e->scratch = std::make_shared<std::vector<uint8_t>>(bytes);
+      e->input.data = e->scratch->data();
+      e->output = e->input;
+      e->allocator =
+          [scratch = std::make_shared<std::vector<uint8_t>>(),
+           dtype = e->input.dtype](
+              const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        scratch->resize(n * DataTypeSize(dtype));
+        return static_cast<void*>(scratch->data());
+      };
+      // Completing under the lock is safe: it only wakes waiters.
+      e->Complete(absl::DeadlineExceededError(absl::StrCat(
+          CollectiveName(e->request.type()), " \"", e->request.name(),
+          "\": no response from the coordinator within ",
+          absl::FormatDuration(op_timeout),
+          " (KOLO_OP_TIMEOUT); is rank 0 alive and reachable?")));
+    }
+  }
+  earliest_deadline_ = next;
   return next;
 }
 
 void TensorQueue::Close(const absl::Status& status) {
-  std::map<std::string, std::unique_ptr<TensorEntry>> table;
+  Table table;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (closed_.ok()) closed_ = status;
     table.swap(table_);
     new_requests_.clear();
-    drained_cv_.notify_all();
+    has_new_.store(false, std::memory_order_release);
+    drained_cv_.SignalAll();
   }
-  for (auto& [key, e] : table) {
-    e->Complete(absl::Status(
-        status.code(),
-        absl::StrCat(CollectiveName(e->request.type()), " \"",
-                     e->request.name(), "\" failed: ", status.message())));
+  for (auto& [set, names] : table) {
+    for (auto& [name, e] : names) {
+      e->Complete(absl::Status(
+          status.code(),
+          absl::StrCat(CollectiveName(e->request.type()), " \"",
+                       e->request.name(), "\" failed: ", status.message())));
+    }
   }
 }
 
 bool TensorQueue::WaitDrained(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto drained = [&] {
-    for (auto& [name, e] : table_) {
-      if (!e->scratch) return false;
+    for (auto& [set, names] : table_) {
+      for (auto& [name, e] : names) {
+        if (!e->scratch) return false;
+      }
     }
     return true;
   };
   while (!drained()) {
-    if (drained_cv_.wait_for(
-            lock, absl::ToChronoNanoseconds(deadline - absl::Now())) ==
-            std::cv_status::timeout &&
+    if (drained_cv_.WaitWithDeadline(&mu_, deadline) &&
         absl::Now() >= deadline) {
       return drained();
     }
@@ -144,12 +178,14 @@ bool TensorQueue::WaitDrained(absl::Time deadline) {
 }
 
 size_t TensorQueue::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return table_.size();
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [set, names] : table_) n += names.size();
+  return n;
 }
 
 absl::Status TensorQueue::closed_status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return closed_;
 }
 

@@ -10,6 +10,7 @@
 #ifndef KOLO_RUNTIME_TENSOR_QUEUE_H_
 #define KOLO_RUNTIME_TENSOR_QUEUE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -18,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kolo/runtime.h"
 #include "kolo/work.h"
@@ -52,8 +55,6 @@ struct TensorEntry {
   void Complete(const absl::Status& status, std::vector<int64_t> splits = {});
 };
 
-// The key of an in-flight collective: names are unique per process set.
-std::string QueueKey(int process_set, const std::string& name);
 
 class TensorQueue {
  public:
@@ -68,10 +69,23 @@ class TensorQueue {
 
   // Requests added since the last call, in submission order.
   std::vector<wire::Request> TakeNewRequests();
+  // Without the lock: whether requests wait to be taken, and when (in
+  // internal::MonotonicNanos) the last one was added.
+  bool has_new_requests() const {
+    return has_new_.load(std::memory_order_acquire);
+  }
+  int64_t last_add_nanos() const {
+    return last_add_nanos_.load(std::memory_order_acquire);
+  }
 
   // Removes and returns the entry for `name` in `process_set`; null if not
   // in flight.
   std::unique_ptr<TensorEntry> Take(int process_set, const std::string& name);
+  // The same for every name of a (fused) response, under one lock: out[i]
+  // is names[i]'s entry or null.
+  void TakeAll(int process_set,
+               const google::protobuf::RepeatedPtrField<std::string>& names,
+               std::vector<std::unique_ptr<TensorEntry>>* out);
 
   // Entries whose deadline passed are failed with DeadlineExceeded and turned
   // into scratch entries (see TensorEntry::scratch). Returns the earliest
@@ -90,10 +104,17 @@ class TensorQueue {
 
  private:
   const std::function<void()> notify_;
-  mutable std::mutex mu_;
-  std::condition_variable drained_cv_;
-  std::map<std::string, std::unique_ptr<TensorEntry>> table_;  // guarded by mu_
-  std::vector<wire::Request> new_requests_;                    // guarded by mu_
+  mutable absl::Mutex mu_;  // spins briefly before it sleeps
+  absl::CondVar drained_cv_;
+  // Process set -> name -> entry (names are unique per process set).
+  using Table = absl::flat_hash_map<
+      int, absl::flat_hash_map<std::string, std::unique_ptr<TensorEntry>>>;
+  Table table_;                              // guarded by mu_
+  std::vector<wire::Request> new_requests_;  // guarded by mu_
+  std::atomic<bool> has_new_{false};         // !new_requests_.empty()
+  std::atomic<int64_t> last_add_nanos_{0};
+  // No entry's deadline is earlier (a stale value is only earlier).
+  absl::Time earliest_deadline_ = absl::InfiniteFuture();  // guarded by mu_
   absl::Status closed_;                                        // guarded by mu_
 };
 

@@ -273,12 +273,14 @@ bool ExpandCachedResponse(const ResponseCache& cache, wire::Response* r) {
     if (!cached) return false;
     if (i == 0) {
       full = *cached;
+      full.mutable_names()->Reserve(r->cache_ids_size());
+      full.mutable_elements()->Reserve(r->cache_ids_size());
     } else {
       full.add_names(cached->names(0));
       full.add_elements(cached->elements(0));
     }
   }
-  for (int64_t id : r->cache_ids()) full.add_cache_ids(id);
+  full.mutable_cache_ids()->Swap(r->mutable_cache_ids());
   *r = std::move(full);
   return true;
 }

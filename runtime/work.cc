@@ -27,6 +27,7 @@ std::vector<int64_t> Work::received_splits() const {
 namespace internal {
 
 bool WorkState::Complete(absl::Status status, std::vector<int64_t> splits) {
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (done_) return false;
@@ -34,8 +35,11 @@ bool WorkState::Complete(absl::Status status, std::vector<int64_t> splits) {
     status_ = std::move(status);
     splits_ = std::move(splits);
     done_flag_.store(true, std::memory_order_release);
+    // Most Works are waited for by polling (or not yet at all): no system
+    // call unless someone sleeps on cv_.
+    wake = blocked_ > 0;
   }
-  cv_.notify_all();
+  if (wake) cv_.notify_all();
   return true;
 }
 
@@ -76,12 +80,18 @@ absl::Status WorkState::Wait(absl::Duration timeout) const {
 absl::Status WorkState::WaitBlocking(absl::Duration remaining,
                                      absl::Duration timeout) const {
   std::unique_lock<std::mutex> lock(mu_);
+  ++blocked_;
+  bool done = true;
   if (remaining == absl::InfiniteDuration()) {
     cv_.wait(lock, [&] { return done_; });
-  } else if (!cv_.wait_for(lock,
-                           absl::ToChronoNanoseconds(
-                               std::max(remaining, absl::ZeroDuration())),
-                           [&] { return done_; })) {
+  } else {
+    done = cv_.wait_for(
+        lock,
+        absl::ToChronoNanoseconds(std::max(remaining, absl::ZeroDuration())),
+        [&] { return done_; });
+  }
+  --blocked_;
+  if (!done) {
     return absl::DeadlineExceededError(
         "Work::Wait timed out after " + absl::FormatDuration(timeout) +
         "; the collective is still pending");

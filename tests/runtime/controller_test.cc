@@ -171,6 +171,54 @@ TEST(ResponseCache, LruEvictionKeepsEvictedIdsUntilAcked) {
   EXPECT_EQ(cache.graveyard_size(), 0u);
 }
 
+// The cache's request comparison is written field by field: a field added to
+// wire::Request and not compared would let a changed request hit the cache.
+TEST(ResponseCache, SameRequestComparesEveryFieldButTheRank) {
+  wire::Request base = Allreduce("w", {4, 2});
+  base.set_rank(1);
+  base.set_group("g");
+  base.set_group_size(2);
+  base.add_splits(3);
+  const google::protobuf::Descriptor* d = wire::Request::descriptor();
+  const google::protobuf::Reflection* refl = wire::Request::GetReflection();
+  ASSERT_GT(d->field_count(), 10);
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    wire::Request changed = base;
+    using F = google::protobuf::FieldDescriptor;
+    if (f->is_repeated()) {
+      ASSERT_EQ(f->cpp_type(), F::CPPTYPE_INT64) << f->name();
+      refl->AddInt64(&changed, f, 7);
+    } else {
+      switch (f->cpp_type()) {
+        case F::CPPTYPE_INT32:
+          refl->SetInt32(&changed, f, refl->GetInt32(base, f) + 1);
+          break;
+        case F::CPPTYPE_INT64:
+          refl->SetInt64(&changed, f, refl->GetInt64(base, f) + 1);
+          break;
+        case F::CPPTYPE_DOUBLE:
+          refl->SetDouble(&changed, f, refl->GetDouble(base, f) + 0.5);
+          break;
+        case F::CPPTYPE_STRING:
+          refl->SetString(&changed, f, refl->GetString(base, f) + "x");
+          break;
+        case F::CPPTYPE_ENUM:
+          refl->SetEnumValue(&changed, f, refl->GetEnumValue(base, f) + 1);
+          break;
+        default:
+          FAIL() << "field " << f->name() << ": add its type to this test";
+      }
+    }
+    EXPECT_EQ(SameRequest(base, changed), f->name() == "rank") << f->name();
+  }
+  // -0.0 and 0.0 travel as different bytes: different requests.
+  wire::Request zero = base, minus_zero = base;
+  zero.set_prescale(0.0);
+  minus_zero.set_prescale(-0.0);
+  EXPECT_FALSE(SameRequest(zero, minus_zero));
+}
+
 TEST(Coordinator, GroupIsReleasedWholeAndFailsWhole) {
   Coordinator c(Config(2));
   auto member = [](const std::string& name, std::vector<int64_t> shape) {

@@ -85,7 +85,7 @@ double Cycle(Coordinator& coordinator,
   wire::RequestList list;
   for (size_t r = 0; r < wire_lists.size(); ++r) {
     list.ParseFromString(wire_lists[r]);
-    coordinator.AddRequests(static_cast<int>(r), list, now);
+    coordinator.AddRequests(static_cast<int>(r), std::move(list), now);
   }
   wire::ResponseList responses_list = coordinator.TakeResponseList();
   responses_list.SerializeToString(response_out);

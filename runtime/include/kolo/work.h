@@ -79,6 +79,7 @@ class WorkState {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool done_ = false;                   // guarded by mu_
+  mutable int blocked_ = 0;             // waiters on cv_, guarded by mu_
   absl::Status status_;                 // guarded by mu_
   std::vector<int64_t> splits_;         // guarded by mu_
 };
