@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/time/time.h"
 #include "runtime/response_cache.h"
 #include "runtime/timeline.h"
@@ -118,8 +119,9 @@ class Coordinator {
   struct Pending {
     // Per rank: its request, null until submitted. A request that came as a
     // cache id shares the cache's copy.
-    std::vector<std::shared_ptr<const wire::Request>> by_rank;
-    std::vector<int64_t> cache_id;  // per rank: the id it sent, or -1
+    // (Inline for small sets: no allocation per name.)
+    absl::InlinedVector<std::shared_ptr<const wire::Request>, 4> by_rank;
+    absl::InlinedVector<int64_t, 4> cache_id;  // per rank: the id sent, or -1
     int count = 0;
     absl::Time first_seen;
     bool stall_reported = false;

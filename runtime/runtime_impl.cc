@@ -457,16 +457,17 @@ void RuntimeImpl::CoalesceSubmissions() {
 }
 
 void RuntimeImpl::SendRequests(absl::Time now) {
-  std::vector<wire::Request> fresh = queue_.TakeNewRequests();
   const bool send_shutdown = shutdown_requested_ && !shutdown_sent_;
-  if (fresh.empty() && !send_shutdown) return;
+  if (!queue_.has_new_requests() && !send_shutdown) return;
   std::map<int, wire::RequestList> lists;
   std::map<int, std::shared_ptr<ProcessSetState>> sets;
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
     sets.insert(sets_.begin(), sets_.end());
   }
-  for (wire::Request& r : fresh) {
+  // Under the queue's lock, without copies: a cached request travels as
+  // its id, only a new one as a copy.
+  queue_.TakeNewRequests([&](const wire::Request& r) {
     ProcessSetState& set = *sets.at(r.process_set());
     wire::RequestList& list = lists[r.process_set()];
     if (r.type() == wire::JOIN) joined_ = true;
@@ -475,10 +476,10 @@ void RuntimeImpl::SendRequests(absl::Time now) {
       list.add_cached_ids(id);
       ++counters_.cache_hits_sent;
     } else {
-      *list.add_requests() = std::move(r);
+      *list.add_requests() = r;
       ++counters_.requests_sent;
     }
-  }
+  });
   if (send_shutdown) {
     // Leaving the job leaves every set: their coordinators fail whatever
     // this rank never submitted.

@@ -1,5 +1,7 @@
 #include "runtime/tensor_queue.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "runtime/controller.h"
 #include "runtime/sync/wakeup.h"
@@ -21,23 +23,22 @@ void TensorEntry::Complete(const absl::Status& status,
 }
 
 absl::Status TensorQueue::Add(TensorEntry entry) {
-  // Allocations before the lock, which the background thread takes too.
+  // Allocated before the lock, which the background thread takes too.
   auto owned = std::make_unique<TensorEntry>(std::move(entry));
-  wire::Request request = owned->request;
-  std::string name = owned->request.name();
+  const wire::Request& request = owned->request;
   bool first = false;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (!closed_.ok()) return closed_;
     auto& set = table_[request.process_set()];
-    auto [it, inserted] = set.try_emplace(std::move(name));
-    if (!inserted && !it->second->scratch) {
+    auto it = set.find(request.name());
+    if (it != set.end() && !it->second->scratch) {
       return absl::AlreadyExistsError(absl::StrCat(
           CollectiveName(request.type()), " \"", request.name(),
           "\": a collective with this name is already in flight on rank ",
           request.rank(), "; wait for it before reusing the name"));
     }
-    if (!inserted) {
+    if (it != set.end()) {
       // A timed-out entry still waits for its late response under this name.
       return absl::FailedPreconditionError(absl::StrCat(
           CollectiveName(request.type()), " \"", request.name(),
@@ -45,12 +46,12 @@ absl::Status TensorQueue::Add(TensorEntry entry) {
           "been resolved by the other ranks yet"));
     }
     earliest_deadline_ = std::min(earliest_deadline_, owned->deadline);
-    it->second = std::move(owned);
     // The background thread takes all new requests at once: it needs a
     // wake-up only for the first one since it last took them, which saves
     // a system call per tensor when many are submitted in a burst.
-    first = new_requests_.empty();
-    new_requests_.push_back(std::move(request));
+    first = new_entries_.empty();
+    new_entries_.push_back(owned.get());
+    set.emplace(absl::string_view(request.name()), std::move(owned));
     has_new_.store(true, std::memory_order_release);
     last_add_nanos_.store(internal::MonotonicNanos(), std::memory_order_release);
   }
@@ -58,28 +59,39 @@ absl::Status TensorQueue::Add(TensorEntry entry) {
   return absl::OkStatus();
 }
 
-std::vector<wire::Request> TensorQueue::TakeNewRequests() {
-  absl::MutexLock lock(&mu_);
-  std::vector<wire::Request> out;
-  out.swap(new_requests_);
+void TensorQueue::TakeNewRequests(
+    const std::function<void(const wire::Request&)>& fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const TensorEntry* e : new_entries_) {
+    fn(e->request);
+    const_cast<TensorEntry*>(e)->sent = true;
+  }
+  new_entries_.clear();
   has_new_.store(false, std::memory_order_release);
-  return out;
 }
 
 std::unique_ptr<TensorEntry> TensorQueue::Take(int process_set,
                                                const std::string& name) {
   std::unique_ptr<TensorEntry> entry;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     auto set = table_.find(process_set);
     if (set == table_.end()) return nullptr;
     auto it = set->second.find(name);
     if (it == set->second.end()) return nullptr;
     entry = std::move(it->second);
     set->second.erase(it);
-    drained_cv_.SignalAll();
+    ForgetUnsent(entry.get());
+    drained_cv_.notify_all();
   }
   return entry;
+}
+
+void TensorQueue::ForgetUnsent(const TensorEntry* e) {
+  if (e->sent) return;
+  new_entries_.erase(std::remove(new_entries_.begin(), new_entries_.end(), e),
+                     new_entries_.end());
+  has_new_.store(!new_entries_.empty(), std::memory_order_release);
 }
 
 void TensorQueue::TakeAll(
@@ -88,7 +100,7 @@ void TensorQueue::TakeAll(
     std::vector<std::unique_ptr<TensorEntry>>* out) {
   out->clear();
   out->resize(names.size());
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto set = table_.find(process_set);
   if (set == table_.end()) return;
   for (int i = 0; i < names.size(); ++i) {
@@ -96,12 +108,13 @@ void TensorQueue::TakeAll(
     if (it == set->second.end()) continue;
     (*out)[i] = std::move(it->second);
     set->second.erase(it);
+    ForgetUnsent((*out)[i].get());
   }
-  drained_cv_.SignalAll();
+  drained_cv_.notify_all();
 }
 
 absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   // Called on every turn of the background loop: a scan only once the
   // earliest deadline (possibly of an entry already taken) has come.
   if (now < earliest_deadline_) return earliest_deadline_;
@@ -141,12 +154,12 @@ absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
 void TensorQueue::Close(const absl::Status& status) {
   Table table;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (closed_.ok()) closed_ = status;
     table.swap(table_);
-    new_requests_.clear();
+    new_entries_.clear();
     has_new_.store(false, std::memory_order_release);
-    drained_cv_.SignalAll();
+    drained_cv_.notify_all();
   }
   for (auto& [set, names] : table) {
     for (auto& [name, e] : names) {
@@ -159,7 +172,7 @@ void TensorQueue::Close(const absl::Status& status) {
 }
 
 bool TensorQueue::WaitDrained(absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto drained = [&] {
     for (auto& [set, names] : table_) {
       for (auto& [name, e] : names) {
@@ -169,7 +182,9 @@ bool TensorQueue::WaitDrained(absl::Time deadline) {
     return true;
   };
   while (!drained()) {
-    if (drained_cv_.WaitWithDeadline(&mu_, deadline) &&
+    if (drained_cv_.wait_for(
+            lock, absl::ToChronoNanoseconds(deadline - absl::Now())) ==
+            std::cv_status::timeout &&
         absl::Now() >= deadline) {
       return drained();
     }
@@ -178,14 +193,14 @@ bool TensorQueue::WaitDrained(absl::Time deadline) {
 }
 
 size_t TensorQueue::size() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
   for (const auto& [set, names] : table_) n += names.size();
   return n;
 }
 
 absl::Status TensorQueue::closed_status() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return closed_;
 }
 

@@ -21,7 +21,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "kolo/runtime.h"
 #include "kolo/work.h"
@@ -49,6 +49,8 @@ struct TensorEntry {
   // Set once the entry timed out locally: the caller's memory is no longer
   // ours, so a late response runs on this zero-filled scratch instead.
   std::shared_ptr<std::vector<uint8_t>> scratch;
+  // Its request was handed to the background thread (TensorQueue's lock).
+  bool sent = false;
 
   // Completes this entry's Work (and its group's, once every member is
   // done). Later calls are ignored.
@@ -67,8 +69,10 @@ class TensorQueue {
   // was closed.
   absl::Status Add(TensorEntry entry);
 
-  // Requests added since the last call, in submission order.
-  std::vector<wire::Request> TakeNewRequests();
+  // Calls `fn` with each request added since the last call, in submission
+  // order, under the queue's lock (no copies; `fn` must not call back into
+  // the queue).
+  void TakeNewRequests(const std::function<void(const wire::Request&)>& fn);
   // Without the lock: whether requests wait to be taken, and when (in
   // internal::MonotonicNanos) the last one was added.
   bool has_new_requests() const {
@@ -104,14 +108,21 @@ class TensorQueue {
 
  private:
   const std::function<void()> notify_;
-  mutable absl::Mutex mu_;  // spins briefly before it sleeps
-  absl::CondVar drained_cv_;
-  // Process set -> name -> entry (names are unique per process set).
+  mutable std::mutex mu_;
+  std::condition_variable drained_cv_;
+  // Process set -> name -> entry (names are unique per process set). The
+  // key views the entry's own request name.
   using Table = absl::flat_hash_map<
-      int, absl::flat_hash_map<std::string, std::unique_ptr<TensorEntry>>>;
-  Table table_;                              // guarded by mu_
-  std::vector<wire::Request> new_requests_;  // guarded by mu_
-  std::atomic<bool> has_new_{false};         // !new_requests_.empty()
+      int,
+      absl::flat_hash_map<absl::string_view, std::unique_ptr<TensorEntry>>>;
+  Table table_;  // guarded by mu_
+  // Entries of table_ not sent yet, in submission order (an entry leaves
+  // table_ only once sent, or when Close empties both).
+  std::vector<const TensorEntry*> new_entries_;  // guarded by mu_
+  std::atomic<bool> has_new_{false};  // !new_entries_.empty()
+  // Removes `e` from new_entries_ if it is there (taken before it was sent:
+  // an error response for a name other ranks sent).
+  void ForgetUnsent(const TensorEntry* e);  // requires mu_
   std::atomic<int64_t> last_add_nanos_{0};
   // No entry's deadline is earlier (a stale value is only earlier).
   absl::Time earliest_deadline_ = absl::InfiniteFuture();  // guarded by mu_

@@ -1,5 +1,10 @@
 #include "tools/bench/bench_common.h"
 
+#include <dirent.h>
+#include <sched.h>
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -274,6 +279,43 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     }
   }
   return true;
+}
+
+namespace {
+
+void SetEveryThread(const cpu_set_t& set) {
+  DIR* dir = opendir("/proc/self/task");
+  if (!dir) return;
+  while (struct dirent* entry = readdir(dir)) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &tid)) continue;
+    sched_setaffinity(tid, sizeof(set), &set);  // best effort
+  }
+  closedir(dir);
+}
+
+}  // namespace
+
+UnboundScope::UnboundScope() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (CPU_ISSET(cpu, &set)) saved_.push_back(cpu);
+    }
+  }
+  CPU_ZERO(&set);
+  const long online = sysconf(_SC_NPROCESSORS_CONF);
+  for (long cpu = 0; cpu < online && cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &set);
+  SetEveryThread(set);
+}
+
+UnboundScope::~UnboundScope() {
+  if (saved_.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : saved_) CPU_SET(cpu, &set);
+  SetEveryThread(set);
 }
 
 }  // namespace bench

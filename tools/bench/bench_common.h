@@ -74,6 +74,24 @@ int IterationsFor(int64_t bytes);
 
 double Percentile(std::vector<double> values, double p);
 
+// Note [Baselines run unbound]
+// kolorun binds each rank to its share of the CPUs (--bind-to core, Note
+// [Binding] in tools/kolorun/process.h). Every baseline is measured the way
+// its own launcher runs it: plain gloo and torch.distributed unbound (as
+// torchrun does), MPI bound by mpirun's own default. So while a baseline
+// runs, every thread of this process, and every program it starts, may use
+// every CPU; kolo's own measurements keep the binding kolorun gave.
+class UnboundScope {
+ public:
+  UnboundScope();   // every thread of this process on every online CPU
+  ~UnboundScope();  // every thread back on the calling thread's old CPUs
+  UnboundScope(const UnboundScope&) = delete;
+  UnboundScope& operator=(const UnboundScope&) = delete;
+
+ private:
+  std::vector<int> saved_;
+};
+
 // Runs op(i) `warmup` times, then `iters` timed times; microseconds each.
 template <typename F>
 std::vector<double> TimeEach(int warmup, int iters, F&& op) {

@@ -123,6 +123,7 @@ class Bench {
             Measure(flags_, iters, [&](int) { kolo_.Run(c, buffers); });
         Keep(Record("kolo", CollectiveName(c), bytes, kolo_us));
         if (gloo_ && gloo_->Supports(c)) {
+          UnboundScope unbound;  // Note [Baselines run unbound]
           auto gloo_us =
               Measure(flags_, iters, [&](int) { gloo_->Run(c, buffers); });
           Keep(Record("gloo", CollectiveName(c), bytes, gloo_us));
@@ -169,6 +170,7 @@ class Bench {
                   }
                 })));
     if (gloo_) {
+      UnboundScope unbound;  // Note [Baselines run unbound]
       Keep(Record("gloo", "fusion_per_tensor", total,
                   TimeEach(flags_.warmup, std::max(1, iters / 4),
                            [&](int) { gloo_->RunMany(tensors); })));
@@ -245,6 +247,7 @@ int Main(int argc, char** argv) {
   // CPU), so that nothing else competes for the cores.
   if (Has(flags.baselines, "mpi") || Has(flags.baselines, "torch")) {
     if (rank == 0) {
+      UnboundScope unbound;  // Note [Baselines run unbound]
       auto external = RunExternalBaselines(flags, n, argv[0]);
       results.insert(results.end(), external.begin(), external.end());
       if (store) store->Set("baselines_done", "1").IgnoreError();

@@ -214,6 +214,15 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
         return ParseSeconds(name, v, /*allow_zero=*/false,
                             &options.start_timeout);
       };
+    } else if (name == "--bind-to") {
+      apply = [&, name](absl::string_view v) -> absl::Status {
+        if (v == "core" || v == "none") {
+          options.bind_to_core = v == "core";
+          return absl::OkStatus();
+        }
+        return Invalid(absl::StrCat(name, ": \"", v,
+                                    "\" is not one of core, none"));
+      };
     } else if (name == "--grace-period") {
       apply = [&, name](absl::string_view v) {
         return ParseSeconds(name, v, /*allow_zero=*/true,
@@ -307,8 +316,12 @@ options:
                             KOLO_START_TIMEOUT unless that is already set
   --grace-period SECONDS    time between SIGTERM and SIGKILL when tearing the
                             workers down (default 5)
-  --verbose                 print the command, the placement and the store
-                            address to stderr
+  --bind-to core|none       core (default): each worker on a host runs on
+                            its own equal share of the CPUs kolorun may use
+                            (nothing is bound when a host has more workers
+                            than CPUs); none: placement left to the kernel
+  --verbose                 print the command, the placement, the CPUs of
+                            each worker and the store address to stderr
   -h, --help                print this help and exit
 
 Remote workers start through `ssh -o BatchMode=yes HOST` (host keys are

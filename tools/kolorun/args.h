@@ -56,6 +56,9 @@ struct LaunchOptions {
   absl::Duration start_timeout = absl::Seconds(60);
   // --grace-period SECONDS: time between SIGTERM and SIGKILL at teardown.
   absl::Duration grace_period = absl::Seconds(5);
+  // --bind-to core|none: each worker on its own share of the host's CPUs
+  // (Note [Binding] in process.h), or placement left to the kernel.
+  bool bind_to_core = true;
   // --verbose: print the command, the placement and the store address.
   bool verbose = false;
   // -h / --help: print Usage() and exit 0; nothing else is checked.

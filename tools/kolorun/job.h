@@ -64,6 +64,7 @@ std::vector<std::string> RemoteWorkerEnvironment(
 // CPUs this process may run on (its affinity mask).
 int AvailableCpus();
 
+
 }  // namespace kolorun
 }  // namespace kolo
 

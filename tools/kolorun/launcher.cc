@@ -231,6 +231,7 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
     request.secret = secret;
     request.status_token = status_token_;
     request.grace_period = options_.grace_period;
+    request.bind_to_core = options_.bind_to_core;
     prepared = RequestPipe(EncodeGuardRequest(request), request_pipe);
     launch.argv = SshCommand(options_, placement.host, rank, plan_.guard_path);
     launch.stdin_fd = request_pipe[0];
@@ -242,6 +243,19 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
     launch.argv = options_.command;
     launch.env =
         WorkerEnvironment(inherited, options_, endpoint, AvailableCpus());
+    if (options_.bind_to_core) {
+      launch.cpus = CpuShare(allowed_cpus_, placement.local_rank,
+                             placement.local_size);
+    }
+    if (options_.verbose) {
+      Log(absl::StrCat("kolorun: rank ", rank, " runs on CPUs ",
+                       FormatCpuList(launch.cpus.empty() ? allowed_cpus_
+                                                         : launch.cpus),
+                       launch.cpus.empty() && options_.bind_to_core &&
+                               placement.local_size > 1
+                           ? " (not bound: more workers than CPUs)"
+                           : ""));
+    }
   }
   SpawnResult spawned;
   if (prepared.ok()) {

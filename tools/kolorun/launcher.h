@@ -52,6 +52,7 @@
 #include "tools/kolorun/hosts.h"
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/output.h"
+#include "tools/kolorun/process.h"
 #include "tools/kolorun/signals.h"
 
 namespace kolo {
@@ -119,6 +120,7 @@ class Launcher {
   const JobPlan plan_;
   std::unique_ptr<SignalPipe> signals_;
   std::string status_token_;  // Names the guards' status lines.
+  const std::vector<int> allowed_cpus_ = AllowedCpus();  // Note [Binding]
   std::shared_ptr<Store> store_;
   std::vector<Worker> workers_;
   std::map<pid_t, size_t> worker_by_pid_;

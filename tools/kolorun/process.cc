@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <string.h>
@@ -47,8 +48,8 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
 
 [[noreturn]] void ExecChild(const WorkerLaunch& launch,
                             const SignalPipe& signals, char* const* argv,
-                            char* const* envp, pid_t parent, int max_fd,
-                            int status_fd) {
+                            char* const* envp, const cpu_set_t* cpus,
+                            pid_t parent, int max_fd, int status_fd) {
   signals.ResetInChild();
   sigset_t none;
   sigemptyset(&none);
@@ -64,6 +65,7 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
     (void)!write(status_fd, &error, sizeof(error));
     _exit(127);
   }
+  if (cpus) sched_setaffinity(0, sizeof(*cpus), cpus);
   CloseOnExecFrom3(max_fd);  // status_fd is close-on-exec already.
   sigprocmask(SIG_SETMASK, &none, nullptr);
   execvpe(argv[0], argv, envp);
@@ -82,6 +84,12 @@ SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals) {
   std::vector<char*> envp = CStrings(launch.env);
   const int max_fd = MaxFd();
   const pid_t parent = getpid();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : launch.cpus) {
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+  }
+  const cpu_set_t* bind = CPU_COUNT(&cpus) > 0 ? &cpus : nullptr;
 
   int status_pipe[2];
   if (pipe2(status_pipe, O_CLOEXEC) != 0) {
@@ -96,7 +104,7 @@ SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals) {
   pthread_sigmask(SIG_SETMASK, &all, &previous);
   const pid_t pid = fork();
   if (pid == 0) {
-    ExecChild(launch, signals, argv.data(), envp.data(), parent, max_fd,
+    ExecChild(launch, signals, argv.data(), envp.data(), bind, parent, max_fd,
               status_pipe[1]);
   }
   const int fork_errno = errno;
@@ -143,6 +151,41 @@ std::string DescribeWaitStatus(int wait_status) {
                         WCOREDUMP(wait_status) ? " (core dumped)" : "");
   }
   return absl::StrCat("ended with wait status ", wait_status);
+}
+
+std::vector<int> AllowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+std::vector<int> CpuShare(const std::vector<int>& allowed, int local_rank,
+                          int local_size) {
+  const int n = static_cast<int>(allowed.size());
+  if (local_size <= 1 || local_size > n || local_rank < 0 ||
+      local_rank >= local_size) {
+    return {};
+  }
+  const int64_t begin = static_cast<int64_t>(n) * local_rank / local_size;
+  const int64_t end = static_cast<int64_t>(n) * (local_rank + 1) / local_size;
+  return std::vector<int>(allowed.begin() + begin, allowed.begin() + end);
+}
+
+std::string FormatCpuList(const std::vector<int>& cpus) {
+  std::vector<std::string> ranges;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    ranges.push_back(j == i ? absl::StrCat(cpus[i])
+                            : absl::StrCat(cpus[i], "-", cpus[j]));
+    i = j + 1;
+  }
+  return absl::StrJoin(ranges, ",");
 }
 
 }  // namespace kolorun

@@ -19,6 +19,9 @@ struct WorkerLaunch {
   int stdin_fd = -1;              // dup2'ed onto 0, 1 and 2 in the child.
   int stdout_fd = -1;
   int stderr_fd = -1;
+  // CPUs the worker (every thread it starts) may run on; empty: those of
+  // the launcher (Note [Binding]).
+  std::vector<int> cpus;
 };
 
 struct SpawnResult {
@@ -33,10 +36,32 @@ struct SpawnResult {
 // group (setpgid(0, 0), so that teardown can signal it with everything it
 // started), PR_SET_PDEATHSIG = SIGKILL plus a getppid() check (the worker
 // dies with kolorun, even under kill -9), the inherited signal dispositions
-// (`signals`), an empty signal mask and no file descriptors but 0, 1 and 2.
+// (`signals`), an empty signal mask, no file descriptors but 0, 1 and 2,
+// and the CPU affinity `launch.cpus` (when the kernel refuses it, the worker
+// runs unbound: binding is for speed only).
 // Returns once the child has exec'ed or failed to: exec errors come back
 // through a close-on-exec pipe.
 SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals);
+
+// Note [Binding]
+// With --bind-to core (the default, as mpirun's for small jobs), each worker
+// on a host runs on its own share of the CPUs that kolorun (or, on a remote
+// host, kolo_rank_guard) may use: the allowed CPUs in number order, cut into
+// local-size contiguous blocks of equal size (+-1), block i for local rank
+// i. A rank's threads (its training loop, kolo's background thread, its
+// OpenMP pool, sized to the same share) then never compete with another
+// rank's, and a thread that yields while it polls hands its core to its own
+// rank's other thread. When a host runs more ranks than it has CPUs nothing
+// is bound. --bind-to none leaves placement to the kernel.
+
+// The CPU numbers this process may run on, ascending.
+std::vector<int> AllowedCpus();
+// Local rank `local_rank`'s block of `allowed` among `local_size` ranks;
+// empty when local_size is 1 or exceeds allowed.size() (nothing to bind).
+std::vector<int> CpuShare(const std::vector<int>& allowed, int local_rank,
+                          int local_size);
+// "0-3,8,10-11" (the kernel's cpulist format).
+std::string FormatCpuList(const std::vector<int>& cpus);
 
 // "exited with code 3", "was killed by signal SIGKILL".
 std::string DescribeWaitStatus(int wait_status);

@@ -221,6 +221,16 @@ int RankGuard::Run() {
   launch.stdin_fd = dev_null >= 0 ? dev_null : STDIN_FILENO;
   launch.stdout_fd = STDOUT_FILENO;
   launch.stderr_fd = STDERR_FILENO;
+  if (request_.bind_to_core) {
+    // Note [Binding]: the share of this host's CPUs, from the placement.
+    int local_rank = 0, local_size = 1;
+    const char* r = getenv("KOLO_LOCAL_RANK");
+    const char* n = getenv("KOLO_LOCAL_SIZE");
+    if (r && n && absl::SimpleAtoi(r, &local_rank) &&
+        absl::SimpleAtoi(n, &local_size)) {
+      launch.cpus = CpuShare(AllowedCpus(), local_rank, local_size);
+    }
+  }
   const SpawnResult spawned = SpawnWorker(launch, *signals_);
   if (dev_null >= 0) close(dev_null);
   pid_ = spawned.pid;

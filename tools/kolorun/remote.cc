@@ -87,6 +87,8 @@ std::string EncodeGuardRequest(const GuardRequest& request) {
   AppendNetstring(
       absl::StrCat("grace=", absl::ToDoubleSeconds(request.grace_period)),
       &out);
+  AppendNetstring(absl::StrCat("bind=", request.bind_to_core ? "core" : "none"),
+                  &out);
   AppendNetstring("end", &out);
   return out;
 }
@@ -166,6 +168,11 @@ absl::Status GuardRequestDecoder::Record(absl::string_view record) {
       return absl::InvalidArgumentError("malformed grace period");
     }
     request_.grace_period = absl::Seconds(seconds);
+  } else if (key == "bind") {
+    if (value != "core" && value != "none") {
+      return absl::InvalidArgumentError("malformed binding");
+    }
+    request_.bind_to_core = value == "core";
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown request record \"", key, "\""));

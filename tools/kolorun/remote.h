@@ -9,7 +9,7 @@
 // share paths, as the worker command does). The command line carries no
 // secret and no environment: ssh's standard input carries a GuardRequest
 // (netstrings): the working directory, the environment to add, the job
-// secret, the grace period and a status token. kolorun keeps that pipe open
+// secret, the grace period, the CPU binding and a status token. kolorun keeps that pipe open
 // for the life of the rank. The guard
 //  1. writes the secret to its own 0600 file (KOLO_SECRET_FILE) on the host;
 //  2. starts the command in a new process group;
@@ -53,6 +53,9 @@ struct GuardRequest {
   std::string secret;            // the job secret
   std::string status_token;      // names the guard's status line
   absl::Duration grace_period = absl::Seconds(5);
+  // --bind-to core: the guard binds the rank to its share of the host's
+  // CPUs (Note [Binding] in process.h), from KOLO_LOCAL_RANK/KOLO_LOCAL_SIZE.
+  bool bind_to_core = false;
 };
 
 std::string EncodeGuardRequest(const GuardRequest& request);

@@ -20,7 +20,17 @@ TEST(ParseArgsTest, MinimalCommandLineTakesDefaults) {
   EXPECT_EQ(options->grace_period, absl::Seconds(5));
   EXPECT_FALSE(options->verbose);
   EXPECT_FALSE(options->help);
+  EXPECT_TRUE(options->bind_to_core);
   EXPECT_EQ(options->command, (Args{"python3", "train.py"}));
+}
+
+TEST(ParseArgsTest, BindTo) {
+  auto options = ParseArgs({"-np", "2", "--bind-to", "none", "x"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_FALSE(options->bind_to_core);
+  options = ParseArgs({"-np", "2", "--bind-to=none", "--bind-to=core", "x"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->bind_to_core);
 }
 
 TEST(ParseArgsTest, EveryOptionInBothSpellings) {
@@ -187,6 +197,9 @@ TEST(ParseArgsTest, RejectsBadCommandLines) {
       {{"-np", "2", "--log-level", "loud", "true"}, "--log-level expects"},
       {{"-np", "2", "--network-interface=", "true"}, "needs a value"},
       {{"-np", "2", "--prefix-timestamp=yes", "true"}, "unknown option"},
+      {{"-np", "2", "--bind-to", "socket", "true"},
+       "--bind-to: \"socket\" is not one of core, none"},
+      {{"-np", "2", "--bind-to"}, "--bind-to needs a value"},
   };
   for (const BadCase& c : cases) {
     std::string joined;
@@ -216,6 +229,7 @@ TEST(UsageTest, ListsEveryOption) {
                              "--start-timeout SECONDS",
                              "--grace-period SECONDS",
                              "--verbose",
+                             "--bind-to core|none",
                              "-h, --help",
                              "default 60",
                              "default 5",

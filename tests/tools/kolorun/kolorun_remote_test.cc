@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/config.h"
 #include "tests/tools/kolorun/kolorun_harness.h"
+#include "tools/kolorun/process.h"
 
 namespace kolorun_testing {
 namespace {
@@ -194,6 +195,34 @@ TEST_F(KolorunRemoteTest, LocalHostRanksStartWithoutSsh) {
     // the login environment.
     EXPECT_EQ(Field(line, "user") == "fake", !local) << line;
     EXPECT_EQ(Field(line, "cross"), local ? "0/2" : "1/2") << line;
+  }
+}
+
+// The guard binds each remote rank to its share of its host's CPUs (Note
+// [Binding]); --bind-to none reaches it too.
+TEST_F(KolorunRemoteTest, GuardBindsRemoteRanksToTheirShare) {
+  const std::vector<int> allowed = kolo::kolorun::AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  constexpr char kPrint[] =
+      "echo \"[ rank=$KOLO_RANK local=$KOLO_LOCAL_RANK cpus=$(sed -n "
+      "'s/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status) ]\"";
+  for (const bool bind : {true, false}) {
+    const Result r = RunRemote({"-np", "4", "-H", "203.0.113.1:2,203.0.113.2:2",
+                                "--network-interface", "lo", "--bind-to",
+                                bind ? "core" : "none", "sh", "-c", kPrint});
+    ASSERT_EQ(r.exit_code(), 0) << r.err;
+    int seen = 0;
+    for (const std::string& line : Lines(r.out)) {
+      int local = -1;
+      if (!absl::SimpleAtoi(Field(line, "local"), &local)) continue;
+      ++seen;
+      const std::vector<int> share = kolo::kolorun::CpuShare(allowed, local, 2);
+      EXPECT_EQ(Field(line, "cpus"),
+                kolo::kolorun::FormatCpuList(bind && !share.empty() ? share
+                                                                    : allowed))
+          << line;
+    }
+    EXPECT_EQ(seen, 4) << r.out;
   }
 }
 

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/tools/kolorun/kolorun_harness.h"
+#include "tools/kolorun/process.h"
 
 namespace kolorun_testing {
 namespace {
@@ -123,6 +124,50 @@ TEST_F(KolorunTest, KeepsStartTimeoutAndOmpThreadsTheUserSet) {
           {"KOLO_START_TIMEOUT=9", "OMP_NUM_THREADS=7"});
   ASSERT_EQ(r.exit_code(), 0) << r.err;
   EXPECT_EQ(CountOf(r.out, "start=9 omp=7 "), 2) << r.out;
+}
+
+// Each rank's CPUs as the kernel reports them, by rank.
+std::map<int, std::string> CpusOfRanks(const std::string& out) {
+  std::map<int, std::string> cpus;
+  for (const std::string& line : Lines(out)) {
+    int rank;
+    std::vector<std::string> parts = absl::StrSplit(line, ' ');
+    if (parts.size() == 3 && parts[1] == "cpus" &&
+        absl::SimpleAtoi(absl::StripPrefix(absl::StripSuffix(parts[0], "]"), "["),
+                         &rank)) {
+      cpus[rank] = parts[2];
+    }
+  }
+  return cpus;
+}
+
+constexpr char kPrintCpus[] =
+    "echo cpus $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)";
+
+TEST_F(KolorunTest, BindsEachRankToItsShareOfTheCpus) {
+  const std::vector<int> allowed = kolo::kolorun::AllowedCpus();
+  ASSERT_FALSE(allowed.empty());
+  const std::string all = kolo::kolorun::FormatCpuList(allowed);
+  for (int np : {2, 3}) {
+    const Result r = Run({"-np", absl::StrCat(np), "sh", "-c", kPrintCpus});
+    ASSERT_EQ(r.exit_code(), 0) << r.err;
+    const std::map<int, std::string> cpus = CpusOfRanks(r.out);
+    ASSERT_EQ(cpus.size(), static_cast<size_t>(np)) << r.out;
+    for (int rank = 0; rank < np; ++rank) {
+      const std::vector<int> share =
+          kolo::kolorun::CpuShare(allowed, rank, np);
+      // More ranks than CPUs: nothing is bound.
+      EXPECT_EQ(cpus.at(rank),
+                share.empty() ? all : kolo::kolorun::FormatCpuList(share))
+          << "rank " << rank << " of " << np << "\n" << r.out;
+    }
+  }
+  const Result unbound =
+      Run({"-np", "2", "--bind-to", "none", "sh", "-c", kPrintCpus});
+  ASSERT_EQ(unbound.exit_code(), 0) << unbound.err;
+  const std::map<int, std::string> cpus = CpusOfRanks(unbound.out);
+  ASSERT_EQ(cpus.size(), 2u) << unbound.out;
+  for (const auto& [rank, list] : cpus) EXPECT_EQ(list, all) << rank;
 }
 
 TEST_F(KolorunTest, SecretFileIsPrivateAndRemovedAndNeverPrinted) {

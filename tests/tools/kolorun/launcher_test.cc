@@ -169,6 +169,30 @@ TEST(RemoteWorkerEnvironmentTest, ForwardsTheDocumentedVariablesOnly) {
   }
 }
 
+TEST(CpuShareTest, EqualContiguousBlocksInCpuOrder) {
+  const std::vector<int> two = {0, 1};
+  EXPECT_EQ(CpuShare(two, 0, 2), std::vector<int>({0}));
+  EXPECT_EQ(CpuShare(two, 1, 2), std::vector<int>({1}));
+  const std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(CpuShare(eight, 0, 3), std::vector<int>({0, 1}));
+  EXPECT_EQ(CpuShare(eight, 1, 3), std::vector<int>({2, 3, 4}));
+  EXPECT_EQ(CpuShare(eight, 2, 3), std::vector<int>({5, 6, 7}));
+  // The allowed set need not start at 0 nor be contiguous (a cpuset).
+  const std::vector<int> odd = {1, 3, 5, 7};
+  EXPECT_EQ(CpuShare(odd, 1, 2), std::vector<int>({5, 7}));
+  // Nothing to bind: one rank, or more ranks than CPUs.
+  EXPECT_TRUE(CpuShare(eight, 0, 1).empty());
+  EXPECT_TRUE(CpuShare(two, 2, 3).empty());
+  EXPECT_TRUE(CpuShare({}, 0, 2).empty());
+}
+
+TEST(CpuShareTest, FormatsLikeTheKernel) {
+  EXPECT_EQ(FormatCpuList({0}), "0");
+  EXPECT_EQ(FormatCpuList({0, 1}), "0-1");
+  EXPECT_EQ(FormatCpuList({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  EXPECT_EQ(FormatCpuList({}), "");
+}
+
 TEST(DescribeWaitStatusTest, ExitCodesAndSignalNames) {
   EXPECT_EQ(DescribeWaitStatus(3 << 8), "exited with code 3");
   EXPECT_EQ(DescribeWaitStatus(0), "exited with code 0");

@@ -48,6 +48,7 @@ GuardRequest SampleRequest() {
   request.secret = "0123456789abcdef0123456789abcdef";
   request.status_token = "tok123";
   request.grace_period = absl::Milliseconds(1500);
+  request.bind_to_core = true;
   return request;
 }
 
@@ -57,6 +58,7 @@ void ExpectSame(const GuardRequest& got, const GuardRequest& want) {
   EXPECT_EQ(got.secret, want.secret);
   EXPECT_EQ(got.status_token, want.status_token);
   EXPECT_EQ(got.grace_period, want.grace_period);
+  EXPECT_EQ(got.bind_to_core, want.bind_to_core);
 }
 
 TEST(GuardRequestTest, RoundTripsWhole) {
@@ -88,6 +90,7 @@ TEST(GuardRequestTest, RejectsWhatKolorunDoesNotSend) {
         std::string("17:kolo-rank-guard/1,3:xyz,"),
         std::string("17:kolo-rank-guard/1,5:env=x,"),
         std::string("17:kolo-rank-guard/1,9:grace=abc,"),
+        std::string("17:kolo-rank-guard/1,11:bind=socket,"),
         std::string("17:kolo-rank-guard/1,99999999999:"),
         std::string("x:") + good}) {
     GuardRequestDecoder decoder;
