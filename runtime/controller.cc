@@ -51,25 +51,30 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
     }
   }
   if (list.shutdown() && shutdown_.insert(rank).second) {
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (!it->second.by_rank[rank]) {
-        FailPending(it->first, it->second, absl::StatusCode::kAborted,
-                    absl::StrCat("rank ", RankLabel(rank),
-                                 " shut down without submitting it"),
-                    now);
-        it = ErasePending(it);
-      } else {
-        ++it;
-      }
+    for (absl::string_view name : SortedPendingNames()) {
+      auto it = pending_.find(name);
+      if (it->second.by_rank[rank]) continue;
+      FailPending(it->first, it->second, absl::StatusCode::kAborted,
+                  absl::StrCat("rank ", RankLabel(rank),
+                               " shut down without submitting it"),
+                  now);
+      ErasePending(it);
     }
   }
 }
 
-std::map<std::string, Coordinator::Pending>::iterator Coordinator::ErasePending(
-    std::map<std::string, Pending>::iterator it) {
+std::vector<absl::string_view> Coordinator::SortedPendingNames() const {
+  std::vector<absl::string_view> names;
+  names.reserve(pending_.size());
+  for (const auto& [name, p] : pending_) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void Coordinator::ErasePending(PendingMap::iterator it) {
   if (it->second.stall_reported) --stall_reported_;
   if (it->second.first_seen <= oldest_) oldest_stale_ = true;
-  return pending_.erase(it);
+  pending_.erase(it);
 }
 
 absl::Time Coordinator::OldestPending() const {
@@ -83,7 +88,9 @@ absl::Time Coordinator::OldestPending() const {
 
 void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
                       int64_t cache_id, absl::Time now) {
-  auto [it, inserted] = pending_.try_emplace(request->name());
+  // The key views the name inside `request`, which the entry keeps alive
+  // (by_rank[rank] below; a slot is never reassigned).
+  auto [it, inserted] = pending_.try_emplace(absl::string_view(request->name()));
   Pending& p = it->second;
   if (inserted) {
     p.by_rank.resize(size_);
@@ -130,14 +137,12 @@ void Coordinator::AddJoin(int rank, absl::Time now) {
     return;
   }
   // Names that waited only for this rank may now be ready.
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    auto next = std::next(it);
-    MaybeReady(it, now);
-    it = next;
+  for (absl::string_view name : SortedPendingNames()) {
+    MaybeReady(pending_.find(name), now);
   }
 }
 
-void Coordinator::MaybeReady(std::map<std::string, Pending>::iterator it,
+void Coordinator::MaybeReady(PendingMap::iterator it,
                              absl::Time now) {
   Pending& p = it->second;
   // Cheap necessary condition first, so that each request costs O(1) until
@@ -236,7 +241,7 @@ std::string Coordinator::RanksWhere(const Pending& p, bool submitted) const {
                       absl::StrJoin(ranks, ", "));
 }
 
-void Coordinator::FailPending(const std::string& name, const Pending& p,
+void Coordinator::FailPending(absl::string_view name, const Pending& p,
                               absl::StatusCode code, const std::string& message,
                               absl::Time now) {
   Ready ready;
@@ -248,7 +253,7 @@ void Coordinator::FailPending(const std::string& name, const Pending& p,
   }
   wire::Response& e = ready.response;
   e.set_type(wire::RESPONSE_ERROR);
-  e.add_names(name);
+  e.add_names(std::string(name));
   e.set_error_code(static_cast<int>(code));
   e.set_error(absl::StrCat(CollectiveName(ready.canonical ? ready.canonical->type()
                                                   : wire::ALLREDUCE), " \"", name,
@@ -260,19 +265,17 @@ void Coordinator::FailPending(const std::string& name, const Pending& p,
 
 void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
   if (now - OldestPending() < op_timeout) return;
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (now - it->second.first_seen >= op_timeout) {
-      FailPending(
-          it->first, it->second, absl::StatusCode::kDeadlineExceeded,
-          absl::StrCat("timed out after ", absl::FormatDuration(op_timeout),
-                       " (KOLO_OP_TIMEOUT) waiting for ",
-                       RanksWhere(it->second, /*submitted=*/false),
-                       " to submit it"),
-          now);
-      it = ErasePending(it);
-    } else {
-      ++it;
-    }
+  for (absl::string_view name : SortedPendingNames()) {
+    auto it = pending_.find(name);
+    if (now - it->second.first_seen < op_timeout) continue;
+    FailPending(
+        it->first, it->second, absl::StatusCode::kDeadlineExceeded,
+        absl::StrCat("timed out after ", absl::FormatDuration(op_timeout),
+                     " (KOLO_OP_TIMEOUT) waiting for ",
+                     RanksWhere(it->second, /*submitted=*/false),
+                     " to submit it"),
+        now);
+    ErasePending(it);
   }
 }
 
@@ -280,13 +283,14 @@ std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
                                                   absl::Time now) {
   if (now - OldestPending() < check_time) return {};
   std::map<int, std::vector<std::string>> missing_by_rank;
-  for (auto& [name, p] : pending_) {
+  for (absl::string_view name : SortedPendingNames()) {
+    Pending& p = pending_.find(name)->second;
     if (p.stall_reported || now - p.first_seen < check_time) continue;
     p.stall_reported = true;
     ++stall_reported_;
     for (int r = 0; r < size_; ++r) {
       if (!p.by_rank[r] && !joined_.count(r)) {
-        missing_by_rank[config_.global_ranks[r]].push_back(name);
+        missing_by_rank[config_.global_ranks[r]].emplace_back(name);
       }
     }
   }
@@ -301,7 +305,8 @@ std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
 std::optional<std::string> Coordinator::StalledPast(absl::Duration shutdown_time,
                                                     absl::Time now) const {
   if (now - OldestPending() < shutdown_time) return std::nullopt;
-  for (const auto& [name, p] : pending_) {
+  for (absl::string_view name : SortedPendingNames()) {
+    const Pending& p = pending_.find(name)->second;
     if (now - p.first_seen >= shutdown_time) {
       return absl::StrCat(
           "stalled: \"", name, "\" waited ", absl::FormatDuration(now - p.first_seen),
@@ -379,7 +384,7 @@ wire::ResponseList Coordinator::TakeResponseList() {
 
 std::vector<std::string> Coordinator::PendingNames() const {
   std::vector<std::string> names;
-  for (const auto& [name, p] : pending_) names.push_back(name);
+  for (absl::string_view name : SortedPendingNames()) names.emplace_back(name);
   return names;
 }
 

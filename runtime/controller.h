@@ -41,7 +41,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/response_cache.h"
 #include "runtime/timeline.h"
@@ -142,18 +144,21 @@ class Coordinator {
            int64_t cache_id, absl::Time now);
   void AddJoin(int rank, absl::Time now);
   // Makes `name` ready if every rank has submitted it or joined.
-  void MaybeReady(std::map<std::string, Pending>::iterator it, absl::Time now);
+  using PendingMap = absl::flat_hash_map<absl::string_view, Pending>;
+  void MaybeReady(PendingMap::iterator it, absl::Time now);
   void PushReady(Ready ready);
-  void FailPending(const std::string& name, const Pending& pending,
+  void FailPending(absl::string_view name, const Pending& pending,
                    absl::StatusCode code, const std::string& message,
                    absl::Time now);
   // "ranks 1, 3" (global ranks) of `pending` that have (or have not)
   // submitted.
   std::string RanksWhere(const Pending& pending, bool submitted) const;
   std::string RankLabel(int rank) const;
-  // Erases a pending name, keeping the bookkeeping below; returns the next.
-  std::map<std::string, Pending>::iterator ErasePending(
-      std::map<std::string, Pending>::iterator it);
+  // Erases a pending name, keeping the bookkeeping below.
+  void ErasePending(PendingMap::iterator it);
+  // The pending names in order (for the rare passes over all of them, so
+  // that their results do not depend on hashing).
+  std::vector<absl::string_view> SortedPendingNames() const;
   // The earliest first_seen over pending names (InfiniteFuture if none).
   // The background loop asks on every turn: O(1) unless the name that was
   // the oldest has left since, then one scan.
@@ -161,7 +166,8 @@ class Coordinator {
 
   const Config config_;
   const int size_;
-  std::map<std::string, Pending> pending_;
+  // Name -> pending state; the key views a request the entry holds.
+  PendingMap pending_;
   mutable absl::Time oldest_ = absl::InfiniteFuture();  // see OldestPending
   mutable bool oldest_stale_ = false;
   int stall_reported_ = 0;  // pending names with stall_reported
