@@ -166,6 +166,16 @@ absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
 }
 
 absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
+    int process_set, const char* op, const std::string& name) const {
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    auto it = sets_.find(process_set);
+    if (it != sets_.end() && it->second->member()) return it->second;
+  }
+  return MemberSet(process_set, absl::StrCat(op, " \"", name, "\""));
+}
+
+absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
     int process_set, const std::string& what) const {
   std::lock_guard<std::mutex> lock(sets_mu_);
   auto it = sets_.find(process_set);

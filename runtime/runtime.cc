@@ -109,7 +109,7 @@ absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req
   s = CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
                      req.postscale);
   if (!s.ok()) return s;
-  return impl.MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""))
+  return impl.MemberSet(req.process_set, op, req.name)
       .status();
 }
 
@@ -174,7 +174,7 @@ absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
   const char* op = "broadcast";
   absl::Status s = CheckTensor(op, req.name, "tensor", req.tensor);
   if (!s.ok()) return s;
-  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   if (req.root < 0 || req.root >= (*set)->size()) {
     return Invalid(op, req.name,
@@ -202,7 +202,7 @@ absl::StatusOr<Work> Runtime::Allgather(const AllgatherRequest& req) {
   if (!req.allocator) {
     return Invalid(op, req.name, "an output allocator is required");
   }
-  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   TensorEntry entry;
   entry.request = BaseRequest(wire::ALLGATHER, req.name, req.input);
@@ -227,7 +227,7 @@ absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
     return Invalid(op, req.name, "input must have at least one dimension");
   }
   if (!req.allocator) return Invalid(op, req.name, "an output allocator is required");
-  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const int n = (*set)->size();
   const int64_t rows = req.input.shape[0];
@@ -271,7 +271,7 @@ absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
   s = CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
                      req.postscale);
   if (!s.ok()) return s;
-  auto set = impl_->MemberSet(req.process_set, absl::StrCat(op, " \"", req.name, "\""));
+  auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const std::vector<int64_t> want =
       ReducescatterShape(req.input.shape, (*set)->size(), (*set)->rank);

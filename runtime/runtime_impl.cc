@@ -220,15 +220,16 @@ absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
           "; a rank uses one GPU per process set"));
     }
   }
-  entry.request.set_rank(options_.rank);
-  if (!entry.work) entry.work = std::make_shared<internal::WorkState>();
-  entry.work->SetWaitPolicy(options_.spin_time, waiters_);
-  if (entry.group && entry.group->work) {
-    entry.group->work->SetWaitPolicy(options_.spin_time, waiters_);
+  auto owned = std::make_unique<TensorEntry>(std::move(entry));
+  owned->request.set_rank(options_.rank);
+  if (!owned->work) owned->work = std::make_shared<internal::WorkState>();
+  owned->work->SetWaitPolicy(options_.spin_time, waiters_);
+  if (owned->group && owned->group->work) {
+    owned->group->work->SetWaitPolicy(options_.spin_time, waiters_);
   }
-  entry.deadline = absl::Now() + options_.op_timeout + kLocalTimeoutSlack;
-  Work work(entry.work);
-  absl::Status s = queue_.Add(std::move(entry));
+  owned->deadline = absl::Now() + options_.op_timeout + kLocalTimeoutSlack;
+  Work work(owned->work);
+  absl::Status s = queue_.Add(std::move(owned));
   if (!s.ok()) return s;
   return work;
 }

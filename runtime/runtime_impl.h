@@ -81,6 +81,10 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // if unknown or if this rank is not a member.
   absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
       int process_set, const std::string& what) const;
+  // The same; errors name `op` "`name`" (built only on error: this runs for
+  // every submission).
+  absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
+      int process_set, const char* op, const std::string& name) const;
   absl::StatusOr<std::vector<int>> SetRanks(int process_set) const;
 
   absl::StatusOr<int> Join();

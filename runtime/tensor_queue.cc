@@ -22,9 +22,7 @@ void TensorEntry::Complete(const absl::Status& status,
   if (last) group->work->Complete(final_status);
 }
 
-absl::Status TensorQueue::Add(TensorEntry entry) {
-  // Allocated before the lock, which the background thread takes too.
-  auto owned = std::make_unique<TensorEntry>(std::move(entry));
+absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
   const wire::Request& request = owned->request;
   bool first = false;
   {

@@ -67,7 +67,7 @@ class TensorQueue {
 
   // AlreadyExists if the name is in flight; the failure status if the queue
   // was closed.
-  absl::Status Add(TensorEntry entry);
+  absl::Status Add(std::unique_ptr<TensorEntry> entry);
 
   // Calls `fn` with each request added since the last call, in submission
   // order, under the queue's lock (no copies; `fn` must not call back into
