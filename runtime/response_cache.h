@@ -32,8 +32,8 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
@@ -79,8 +79,8 @@ class ResponseCache {
 
   const int capacity_;
   int64_t next_id_ = 1;
-  std::unordered_map<int64_t, Entry> entries_;
-  std::unordered_map<std::string, int64_t> by_name_;
+  absl::flat_hash_map<int64_t, Entry> entries_;
+  absl::flat_hash_map<std::string, int64_t> by_name_;
   std::list<int64_t> lru_;  // most recently used first
   // id -> (request, seq of the list that evicted it)
   std::map<int64_t, std::pair<std::shared_ptr<const wire::Request>, int64_t>>
