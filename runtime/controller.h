@@ -66,6 +66,9 @@ const char* CollectiveName(wire::CollectiveType type);
 // Rebuilds a response that travelled as cache ids; false if an id is
 // unknown (the caches diverged).
 bool ExpandCachedResponse(const ResponseCache& cache, wire::Response* response);
+// The same into `out` (whose storage it reuses), leaving `compact` as is.
+bool ExpandCachedResponse(const ResponseCache& cache,
+                          const wire::Response& compact, wire::Response* out);
 
 class Coordinator {
  public:

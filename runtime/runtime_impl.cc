@@ -607,12 +607,11 @@ void RuntimeImpl::ExecuteList(ProcessSetState& set,
 void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
                                   const wire::Response& compact,
                                   bool apply_cache) {
-  // A response that came as cache ids is rebuilt from this rank's cache.
+  // A response that came as cache ids is rebuilt from this rank's cache,
+  // into storage kept from one response to the next.
   const bool from_cache = compact.cache_ids_size() > 0;
-  wire::Response expanded;
-  if (from_cache) expanded.CopyFrom(compact);
-  const wire::Response& response = from_cache ? expanded : compact;
-  if (from_cache && !ExpandCachedResponse(*set.cache, &expanded)) {
+  const wire::Response& response = from_cache ? expanded_ : compact;
+  if (from_cache && !ExpandCachedResponse(*set.cache, compact, &expanded_)) {
     Fatal(absl::InternalError(absl::StrCat(
         "rank ", options_.rank, ": response cache of process set ", set.id,
         " out of step with the coordinator")));

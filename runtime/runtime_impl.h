@@ -163,6 +163,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::vector<TensorEntry*> executing_;  // guarded by executing_mu_
   bool shutdown_sent_ = false;  // background thread only
   bool joined_ = false;         // background thread only
+  // A response that travelled as cache ids, rebuilt (background thread).
+  wire::Response expanded_;
 
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},

@@ -265,22 +265,34 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
   return resp;
 }
 
+bool ExpandCachedResponse(const ResponseCache& cache,
+                          const wire::Response& compact, wire::Response* out) {
+  if (compact.cache_ids_size() == 0) {
+    out->CopyFrom(compact);
+    return true;
+  }
+  // CopyFrom and add_names reuse the strings `out` held before (a protobuf
+  // repeated field keeps cleared elements): no allocation per name once
+  // `out` has seen a batch this large.
+  for (int i = 0; i < compact.cache_ids_size(); ++i) {
+    const wire::Response* cached = cache.CachedResponse(compact.cache_ids(i));
+    if (!cached) return false;
+    if (i == 0) {
+      out->CopyFrom(*cached);
+      out->mutable_elements()->Reserve(compact.cache_ids_size());
+    } else {
+      *out->add_names() = cached->names(0);
+      out->add_elements(cached->elements(0));
+    }
+  }
+  *out->mutable_cache_ids() = compact.cache_ids();
+  return true;
+}
+
 bool ExpandCachedResponse(const ResponseCache& cache, wire::Response* r) {
   if (r->cache_ids_size() == 0) return true;
   wire::Response full;
-  for (int i = 0; i < r->cache_ids_size(); ++i) {
-    const wire::Response* cached = cache.CachedResponse(r->cache_ids(i));
-    if (!cached) return false;
-    if (i == 0) {
-      full = *cached;
-      full.mutable_names()->Reserve(r->cache_ids_size());
-      full.mutable_elements()->Reserve(r->cache_ids_size());
-    } else {
-      full.add_names(cached->names(0));
-      full.add_elements(cached->elements(0));
-    }
-  }
-  full.mutable_cache_ids()->Swap(r->mutable_cache_ids());
+  if (!ExpandCachedResponse(cache, *r, &full)) return false;
   *r = std::move(full);
   return true;
 }
