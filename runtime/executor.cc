@@ -42,7 +42,10 @@ bool Overlapping(const std::vector<FusedPiece>& pieces, size_t elem) {
     ranges.emplace_back(in, in + bytes, i);
     if (out != in) ranges.emplace_back(out, out + bytes, i);
   }
-  std::sort(ranges.begin(), ranges.end());
+  // Often already in order (tensors allocated one after another).
+  if (!std::is_sorted(ranges.begin(), ranges.end())) {
+    std::sort(ranges.begin(), ranges.end());
+  }
   for (size_t k = 1; k < ranges.size(); ++k) {
     if (std::get<0>(ranges[k]) < std::get<1>(ranges[k - 1])) return true;
   }
