@@ -210,11 +210,13 @@ const char* Executor::CollectivePhase(const char* op) {
 uint8_t* Executor::Grow(Buffer& buffer, size_t bytes) {
   if (buffer.data && buffer.bytes >= bytes) return buffer.data;
   if (buffer.data) backend_->Free(buffer.data);
+  buffer_bytes_ -= static_cast<int64_t>(buffer.bytes);
   buffer = Buffer();
   auto mem = backend_->Allocate(bytes);
   if (!mem.ok()) return nullptr;
   buffer.data = static_cast<uint8_t*>(*mem);
   buffer.bytes = bytes;
+  buffer_bytes_ += static_cast<int64_t>(bytes);
   return buffer.data;
 }
 

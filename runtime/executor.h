@@ -11,6 +11,7 @@
 #ifndef KOLO_RUNTIME_EXECUTOR_H_
 #define KOLO_RUNTIME_EXECUTOR_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,9 @@ class Executor {
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
+
+  // Bytes of the staging buffers it holds (any thread).
+  int64_t buffer_bytes() const { return buffer_bytes_.load(); }
 
   // `entries[i]` is this rank's entry for response.names(i). Completes every
   // entry's Work. Returns a non-OK status only when the collective itself
@@ -107,6 +111,9 @@ class Executor {
   Timeline* const timeline_;
   int64_t batch_ = 0;  // fused-batch id, for the timeline
   std::set<std::string> phase_names_;
+  // Bytes of fusion_ and gather_send_ (written by the background thread,
+  // read by Runtime::stats()).
+  std::atomic<int64_t> buffer_bytes_{0};
   Buffer fusion_;
   Buffer gather_send_;  // allgather: this rank's packed block;
                         // reducescatter: received chunks

@@ -265,6 +265,7 @@ RuntimeStats RuntimeImpl::stats() const {
   s.tensors_executed = counters_.tensors_executed;
   std::lock_guard<std::mutex> lock(sets_mu_);
   for (const auto& [id, set] : sets_) {
+    if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();
     if (set->coordinator) {
       s.coordinator_requests_received += set->coordinator->requests_received();
       s.coordinator_cache_hits_received +=

@@ -108,6 +108,12 @@ TEST_P(Parity, ReducescatterSumAndAverageUnevenRows) {
         ASSERT_FLOAT_EQ(out[j], want) << "rank " << r << " element " << j;
       }
     }
+    // The chunks every rank sent this one are received into a staging
+    // buffer that the rank keeps for reuse, and reports.
+    const int64_t mine = (rows / n + (r < rows % n ? 1 : 0)) * cols * 4;
+    if (n > 1) {
+      EXPECT_GE(rts[r]->stats().host_buffer_bytes, mine * n) << "rank " << r;
+    }
     // A wrong output shape is rejected at once and names the right one.
     std::vector<float> wrong(100);
     ReducescatterRequest bad;

@@ -257,7 +257,9 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::fprintf(stderr, "# memory rank %d:%s\n", rank, MemoryLine().c_str());
+  std::fprintf(stderr, "# memory rank %d:%s (of which kolo's staging buffers %lld MB)\n",
+               rank, MemoryLine().c_str(),
+               static_cast<long long>((*rt)->stats().host_buffer_bytes >> 20));
   if (rank == 0) {
     PrintTables(flags, n, results);
     std::string csv = flags.csv;

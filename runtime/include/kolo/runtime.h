@@ -111,6 +111,10 @@ struct RuntimeStats {
   // Coordinator (rank 0) only: full requests received from every rank.
   int64_t coordinator_requests_received = 0;
   int64_t coordinator_cache_hits_received = 0;
+  // Host memory of the staging buffers (fusion, allgather/alltoall
+  // packing) this rank holds: allocated once, grown to the largest
+  // collective that needed one, reused.
+  int64_t host_buffer_bytes = 0;
 };
 
 class RuntimeImpl;
