@@ -54,17 +54,23 @@ absl::Status CheckTensor(const char* op, const std::string& name,
   return absl::OkStatus();
 }
 
+void FillRequest(wire::CollectiveType type, const std::string& name,
+                 const TensorView& t, wire::Request* r) {
+  r->set_type(type);
+  r->set_name(name);
+  r->set_dtype(static_cast<int>(t.dtype));
+  r->mutable_shape()->Reserve(static_cast<int>(t.shape.size()));
+  for (int64_t d : t.shape) r->add_shape(d);
+  r->set_device_type(static_cast<int>(t.device.type));
+  r->set_device_index(t.device.index);
+  r->set_prescale(1.0);
+  r->set_postscale(1.0);
+}
+
 wire::Request BaseRequest(wire::CollectiveType type, const std::string& name,
                           const TensorView& t) {
   wire::Request r;
-  r.set_type(type);
-  r.set_name(name);
-  r.set_dtype(static_cast<int>(t.dtype));
-  for (int64_t d : t.shape) r.add_shape(d);
-  r.set_device_type(static_cast<int>(t.device.type));
-  r.set_device_index(t.device.index);
-  r.set_prescale(1.0);
-  r.set_postscale(1.0);
+  FillRequest(type, name, t, &r);
   return r;
 }
 
@@ -113,15 +119,16 @@ absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req
       .status();
 }
 
-TensorEntry AllreduceEntry(const AllreduceRequest& req) {
-  TensorEntry entry;
-  entry.request = BaseRequest(wire::ALLREDUCE, req.name, req.input);
-  entry.request.set_op(static_cast<int>(req.op));
-  entry.request.set_prescale(req.prescale);
-  entry.request.set_postscale(req.postscale);
-  entry.request.set_process_set(req.process_set);
-  entry.input = req.input;
-  entry.output = req.output;
+// Built where it will live (a moved protobuf is a new one plus a swap).
+std::unique_ptr<TensorEntry> AllreduceEntry(const AllreduceRequest& req) {
+  auto entry = std::make_unique<TensorEntry>();
+  FillRequest(wire::ALLREDUCE, req.name, req.input, &entry->request);
+  entry->request.set_op(static_cast<int>(req.op));
+  entry->request.set_prescale(req.prescale);
+  entry->request.set_postscale(req.postscale);
+  entry->request.set_process_set(req.process_set);
+  entry->input = req.input;
+  entry->output = req.output;
   return entry;
 }
 
@@ -305,7 +312,7 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
   auto group = std::make_shared<GroupCompletion>();
   group->work = std::make_shared<internal::WorkState>();
   group->remaining = static_cast<int>(requests.size());
-  std::vector<TensorEntry> entries;
+  std::vector<std::unique_ptr<TensorEntry>> entries;
   for (const AllreduceRequest& req : requests) {
     if (req.process_set != requests[0].process_set) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -315,10 +322,10 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
     // Validates like a lone allreduce, without submitting.
     absl::Status s = CheckAllreduce(*impl_, req);
     if (!s.ok()) return s;
-    TensorEntry entry = AllreduceEntry(req);
-    entry.request.set_group(key);
-    entry.request.set_group_size(static_cast<int>(requests.size()));
-    entry.group = group;
+    std::unique_ptr<TensorEntry> entry = AllreduceEntry(req);
+    entry->request.set_group(key);
+    entry->request.set_group_size(static_cast<int>(requests.size()));
+    entry->group = group;
     entries.push_back(std::move(entry));
   }
   for (size_t i = 0; i < entries.size(); ++i) {

@@ -196,6 +196,11 @@ absl::Status RuntimeImpl::Start() {
 }
 
 absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
+  return Submit(std::make_unique<TensorEntry>(std::move(entry)));
+}
+
+absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
+  const TensorEntry& entry = *owned;
   if (!accepting_) {
     absl::Status f = fatal_status();
     if (!f.ok()) return f;
@@ -220,7 +225,6 @@ absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
           "; a rank uses one GPU per process set"));
     }
   }
-  auto owned = std::make_unique<TensorEntry>(std::move(entry));
   owned->request.set_rank(options_.rank);
   if (!owned->work) owned->work = std::make_shared<internal::WorkState>();
   owned->work->SetWaitPolicy(options_.spin_time, waiters_);
@@ -449,11 +453,20 @@ void RuntimeImpl::CoalesceSubmissions() {
       waiters_->load(std::memory_order_seq_cst) > 0) {
     return;
   }
+  // The clock is read here, not by the submitters.
+  uint64_t seen = queue_.adds();
+  int64_t quiet_since = internal::MonotonicNanos();
   SpinUntil(
       [&] {
-        return waiters_->load(std::memory_order_relaxed) > 0 ||
-               internal::MonotonicNanos() - queue_.last_add_nanos() >=
-                   kQuietNanos;
+        if (waiters_->load(std::memory_order_relaxed) > 0) return true;
+        const uint64_t adds = queue_.adds();
+        const int64_t now = internal::MonotonicNanos();
+        if (adds != seen) {
+          seen = adds;
+          quiet_since = now;
+          return false;
+        }
+        return now - quiet_since >= kQuietNanos;
       },
       options_.spin_time);
 }

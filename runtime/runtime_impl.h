@@ -77,6 +77,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // Checks the process set, then queues the entry. `process_set` of the
   // request must be set.
   absl::StatusOr<Work> Submit(TensorEntry entry);
+  absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
   // The set (and this rank's place in it); InvalidArgument naming `what`
   // if unknown or if this rank is not a member.
   absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/controller.h"
-#include "runtime/sync/wakeup.h"
 
 namespace kolo {
 
@@ -51,7 +50,7 @@ absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
     new_entries_.push_back(owned.get());
     set.emplace(absl::string_view(request.name()), std::move(owned));
     has_new_.store(true, std::memory_order_release);
-    last_add_nanos_.store(internal::MonotonicNanos(), std::memory_order_release);
+    adds_.fetch_add(1, std::memory_order_release);
   }
   if (first) notify_();
   return absl::OkStatus();

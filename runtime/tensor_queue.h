@@ -73,14 +73,12 @@ class TensorQueue {
   // order, under the queue's lock (no copies; `fn` must not call back into
   // the queue).
   void TakeNewRequests(const std::function<void(const wire::Request&)>& fn);
-  // Without the lock: whether requests wait to be taken, and when (in
-  // internal::MonotonicNanos) the last one was added.
+  // Without the lock: whether requests wait to be taken, and how many
+  // were ever added (a change means a submission came).
   bool has_new_requests() const {
     return has_new_.load(std::memory_order_acquire);
   }
-  int64_t last_add_nanos() const {
-    return last_add_nanos_.load(std::memory_order_acquire);
-  }
+  uint64_t adds() const { return adds_.load(std::memory_order_acquire); }
 
   // Removes and returns the entry for `name` in `process_set`; null if not
   // in flight.
@@ -123,7 +121,7 @@ class TensorQueue {
   // Removes `e` from new_entries_ if it is there (taken before it was sent:
   // an error response for a name other ranks sent).
   void ForgetUnsent(const TensorEntry* e);  // requires mu_
-  std::atomic<int64_t> last_add_nanos_{0};
+  std::atomic<uint64_t> adds_{0};
   // No entry's deadline is earlier (a stale value is only earlier).
   absl::Time earliest_deadline_ = absl::InfiniteFuture();  // guarded by mu_
   absl::Status closed_;                                        // guarded by mu_
