@@ -317,9 +317,10 @@ options:
   --grace-period SECONDS    time between SIGTERM and SIGKILL when tearing the
                             workers down (default 5)
   --bind-to core|none       core (default): each worker on a host runs on
-                            its own equal share of the CPUs kolorun may use
-                            (nothing is bound when a host has more workers
-                            than CPUs); none: placement left to the kernel
+                            its own equal share of the cores kolorun may use,
+                            hardware threads included (nothing is bound when
+                            a host has more workers than CPUs); none:
+                            placement left to the kernel
   --verbose                 print the command, the placement, the CPUs of
                             each worker and the store address to stderr
   -h, --help                print this help and exit

@@ -249,7 +249,7 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
     }
     if (options_.verbose) {
       Log(absl::StrCat("kolorun: rank ", rank, " runs on CPUs ",
-                       FormatCpuList(launch.cpus.empty() ? allowed_cpus_
+                       FormatCpuList(launch.cpus.empty() ? CpuIds(allowed_cpus_)
                                                          : launch.cpus),
                        launch.cpus.empty() && options_.bind_to_core &&
                                placement.local_size > 1

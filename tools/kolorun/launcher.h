@@ -120,7 +120,7 @@ class Launcher {
   const JobPlan plan_;
   std::unique_ptr<SignalPipe> signals_;
   std::string status_token_;  // Names the guards' status lines.
-  const std::vector<int> allowed_cpus_ = AllowedCpus();  // Note [Binding]
+  const std::vector<Cpu> allowed_cpus_ = AllowedCpus();  // Note [Binding]
   std::shared_ptr<Store> store_;
   std::vector<Worker> workers_;
   std::map<pid_t, size_t> worker_by_pid_;

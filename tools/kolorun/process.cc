@@ -2,8 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -12,7 +12,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -153,27 +156,75 @@ std::string DescribeWaitStatus(int wait_status) {
   return absl::StrCat("ended with wait status ", wait_status);
 }
 
-std::vector<int> AllowedCpus() {
-  std::vector<int> cpus;
+namespace {
+
+// The first CPU of a cpulist file ("0,32", "0-1"): the core's name.
+int FirstCpuOf(const std::string& path, int fallback) {
+  std::ifstream in(path);
+  int first = -1;
+  if (!(in >> first) || first < 0) return fallback;
+  return first;
+}
+
+}  // namespace
+
+std::vector<Cpu> AllowedCpus() {
+  std::vector<Cpu> cpus;
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+    if (!CPU_ISSET(cpu, &set)) continue;
+    const std::string topology =
+        absl::StrCat("/sys/devices/system/cpu/cpu", cpu, "/topology/");
+    // core_cpus_list is the newer name of thread_siblings_list.
+    int core = FirstCpuOf(topology + "core_cpus_list", -1);
+    if (core < 0) core = FirstCpuOf(topology + "thread_siblings_list", cpu);
+    cpus.push_back({cpu, core});
   }
   return cpus;
 }
 
-std::vector<int> CpuShare(const std::vector<int>& allowed, int local_rank,
+std::vector<int> CpuIds(const std::vector<Cpu>& cpus) {
+  std::vector<int> ids;
+  ids.reserve(cpus.size());
+  for (const Cpu& c : cpus) ids.push_back(c.id);
+  return ids;
+}
+
+std::vector<int> CpuShare(const std::vector<Cpu>& allowed, int local_rank,
                           int local_size) {
   const int n = static_cast<int>(allowed.size());
   if (local_size <= 1 || local_size > n || local_rank < 0 ||
       local_rank >= local_size) {
     return {};
   }
-  const int64_t begin = static_cast<int64_t>(n) * local_rank / local_size;
-  const int64_t end = static_cast<int64_t>(n) * (local_rank + 1) / local_size;
-  return std::vector<int>(allowed.begin() + begin, allowed.begin() + end);
+  // Cores in the order of their lowest allowed CPU, with their CPUs.
+  std::vector<int> order;
+  std::map<int, std::vector<int>> threads;
+  for (const Cpu& c : allowed) {
+    auto [it, added] = threads.try_emplace(c.core);
+    if (added) order.push_back(c.core);
+    it->second.push_back(c.id);
+  }
+  auto cut = [&](int count) {
+    return std::make_pair(static_cast<int64_t>(count) * local_rank / local_size,
+                          static_cast<int64_t>(count) * (local_rank + 1) /
+                              local_size);
+  };
+  std::vector<int> share;
+  if (static_cast<int>(order.size()) >= local_size) {
+    const auto [begin, end] = cut(static_cast<int>(order.size()));
+    for (int64_t k = begin; k < end; ++k) {
+      const std::vector<int>& ids = threads[order[k]];
+      share.insert(share.end(), ids.begin(), ids.end());
+    }
+  } else {
+    const auto [begin, end] = cut(n);
+    for (int64_t k = begin; k < end; ++k) share.push_back(allowed[k].id);
+  }
+  std::sort(share.begin(), share.end());
+  return share;
 }
 
 std::string FormatCpuList(const std::vector<int>& cpus) {

@@ -46,19 +46,35 @@ SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals);
 // Note [Binding]
 // With --bind-to core (the default, as mpirun's for small jobs), each worker
 // on a host runs on its own share of the CPUs that kolorun (or, on a remote
-// host, kolo_rank_guard) may use: the allowed CPUs in number order, cut into
+// host, kolo_rank_guard) may use. The unit is the core, not the CPU number:
+// the allowed cores (in the order of their lowest CPU) are cut into
 // local-size contiguous blocks of equal size (+-1), block i for local rank
-// i. A rank's threads (its training loop, kolo's background thread, its
-// OpenMP pool, sized to the same share) then never compete with another
-// rank's, and a thread that yields while it polls hands its core to its own
-// rank's other thread. When a host runs more ranks than it has CPUs nothing
-// is bound. --bind-to none leaves placement to the kernel.
+// i, and a rank gets every allowed hardware thread of its cores (on a
+// machine that numbers the second threads of all cores after the first
+// ones, cutting CPU numbers would hand two ranks the two threads of the
+// same cores). With fewer cores than ranks but enough CPUs, the CPUs are cut
+// the same way. A rank's threads (its training loop, kolo's background
+// thread, its OpenMP pool, sized to the same share) then never compete with
+// another rank's, and a thread that yields while it polls hands its core to
+// its own rank's other thread. When a host runs more ranks than it has CPUs
+// nothing is bound. --bind-to none leaves placement to the kernel.
 
-// The CPU numbers this process may run on, ascending.
-std::vector<int> AllowedCpus();
-// Local rank `local_rank`'s block of `allowed` among `local_size` ranks;
-// empty when local_size is 1 or exceeds allowed.size() (nothing to bind).
-std::vector<int> CpuShare(const std::vector<int>& allowed, int local_rank,
+// One CPU this process may run on, and its core: CPUs with the same `core`
+// are hardware threads of one core.
+struct Cpu {
+  int id = 0;
+  int core = 0;
+};
+
+// The CPUs this process may run on, ascending, with their cores (from
+// /sys/devices/system/cpu/cpuN/topology; a CPU whose topology cannot be
+// read counts as a core of its own).
+std::vector<Cpu> AllowedCpus();
+std::vector<int> CpuIds(const std::vector<Cpu>& cpus);
+// Local rank `local_rank`'s share of `allowed` among `local_size` ranks,
+// ascending; empty when local_size is 1 or exceeds the CPUs (nothing to
+// bind).
+std::vector<int> CpuShare(const std::vector<Cpu>& allowed, int local_rank,
                           int local_size);
 // "0-3,8,10-11" (the kernel's cpulist format).
 std::string FormatCpuList(const std::vector<int>& cpus);

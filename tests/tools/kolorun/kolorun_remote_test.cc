@@ -201,7 +201,7 @@ TEST_F(KolorunRemoteTest, LocalHostRanksStartWithoutSsh) {
 // The guard binds each remote rank to its share of its host's CPUs (Note
 // [Binding]); --bind-to none reaches it too.
 TEST_F(KolorunRemoteTest, GuardBindsRemoteRanksToTheirShare) {
-  const std::vector<int> allowed = kolo::kolorun::AllowedCpus();
+  const std::vector<kolo::kolorun::Cpu> allowed = kolo::kolorun::AllowedCpus();
   ASSERT_FALSE(allowed.empty());
   constexpr char kPrint[] =
       "echo \"[ rank=$KOLO_RANK local=$KOLO_LOCAL_RANK cpus=$(sed -n "
@@ -218,8 +218,9 @@ TEST_F(KolorunRemoteTest, GuardBindsRemoteRanksToTheirShare) {
       ++seen;
       const std::vector<int> share = kolo::kolorun::CpuShare(allowed, local, 2);
       EXPECT_EQ(Field(line, "cpus"),
-                kolo::kolorun::FormatCpuList(bind && !share.empty() ? share
-                                                                    : allowed))
+                kolo::kolorun::FormatCpuList(
+                    bind && !share.empty() ? share
+                                           : kolo::kolorun::CpuIds(allowed)))
           << line;
     }
     EXPECT_EQ(seen, 4) << r.out;

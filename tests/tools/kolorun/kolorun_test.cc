@@ -145,9 +145,10 @@ constexpr char kPrintCpus[] =
     "echo cpus $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)";
 
 TEST_F(KolorunTest, BindsEachRankToItsShareOfTheCpus) {
-  const std::vector<int> allowed = kolo::kolorun::AllowedCpus();
+  const std::vector<kolo::kolorun::Cpu> allowed = kolo::kolorun::AllowedCpus();
   ASSERT_FALSE(allowed.empty());
-  const std::string all = kolo::kolorun::FormatCpuList(allowed);
+  const std::string all =
+      kolo::kolorun::FormatCpuList(kolo::kolorun::CpuIds(allowed));
   for (int np : {2, 3}) {
     const Result r = Run({"-np", absl::StrCat(np), "sh", "-c", kPrintCpus});
     ASSERT_EQ(r.exit_code(), 0) << r.err;

@@ -169,21 +169,44 @@ TEST(RemoteWorkerEnvironmentTest, ForwardsTheDocumentedVariablesOnly) {
   }
 }
 
-TEST(CpuShareTest, EqualContiguousBlocksInCpuOrder) {
-  const std::vector<int> two = {0, 1};
+// CPUs 0..n-1 with core(id) as their cores.
+std::vector<Cpu> Cpus(int n, int (*core)(int)) {
+  std::vector<Cpu> cpus;
+  for (int id = 0; id < n; ++id) cpus.push_back({id, core(id)});
+  return cpus;
+}
+int OwnCore(int id) { return id; }
+
+TEST(CpuShareTest, EqualContiguousBlocksOfCores) {
+  const std::vector<Cpu> two = Cpus(2, OwnCore);
   EXPECT_EQ(CpuShare(two, 0, 2), std::vector<int>({0}));
   EXPECT_EQ(CpuShare(two, 1, 2), std::vector<int>({1}));
-  const std::vector<int> eight = {0, 1, 2, 3, 4, 5, 6, 7};
+  const std::vector<Cpu> eight = Cpus(8, OwnCore);
   EXPECT_EQ(CpuShare(eight, 0, 3), std::vector<int>({0, 1}));
   EXPECT_EQ(CpuShare(eight, 1, 3), std::vector<int>({2, 3, 4}));
   EXPECT_EQ(CpuShare(eight, 2, 3), std::vector<int>({5, 6, 7}));
   // The allowed set need not start at 0 nor be contiguous (a cpuset).
-  const std::vector<int> odd = {1, 3, 5, 7};
+  const std::vector<Cpu> odd = {{1, 1}, {3, 3}, {5, 5}, {7, 7}};
   EXPECT_EQ(CpuShare(odd, 1, 2), std::vector<int>({5, 7}));
   // Nothing to bind: one rank, or more ranks than CPUs.
   EXPECT_TRUE(CpuShare(eight, 0, 1).empty());
   EXPECT_TRUE(CpuShare(two, 2, 3).empty());
   EXPECT_TRUE(CpuShare({}, 0, 2).empty());
+}
+
+TEST(CpuShareTest, HardwareThreadsOfACoreStayTogether) {
+  // Second threads numbered after every first thread (common on Intel):
+  // cores 0-3 are CPUs {0,4}, {1,5}, {2,6}, {3,7}.
+  const std::vector<Cpu> split = Cpus(8, [](int id) { return id % 4; });
+  EXPECT_EQ(CpuShare(split, 0, 2), std::vector<int>({0, 1, 4, 5}));
+  EXPECT_EQ(CpuShare(split, 1, 2), std::vector<int>({2, 3, 6, 7}));
+  // Siblings numbered together: cores {0,1}, {2,3}, {4,5}, {6,7}.
+  const std::vector<Cpu> paired = Cpus(8, [](int id) { return id / 2 * 2; });
+  EXPECT_EQ(CpuShare(paired, 0, 2), std::vector<int>({0, 1, 2, 3}));
+  EXPECT_EQ(CpuShare(paired, 1, 4), std::vector<int>({2, 3}));
+  // More ranks than cores but not than CPUs: the CPUs are cut instead.
+  EXPECT_EQ(CpuShare(split, 5, 8), std::vector<int>({5}));
+  EXPECT_EQ(CpuShare(paired, 0, 8), std::vector<int>({0}));
 }
 
 TEST(CpuShareTest, FormatsLikeTheKernel) {
