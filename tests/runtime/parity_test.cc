@@ -240,7 +240,9 @@ TEST_P(Parity, JoinWithUnevenSteps) {
     });
     for (int r = 0; r < n; ++r) EXPECT_EQ(last[r], last[0]);
     EXPECT_GE(last[0], 0);
-    if (n > 1) EXPECT_NE(last[0], n - 1);  // it joined first
+    if (n > 1) {
+      EXPECT_NE(last[0], n - 1);  // it joined first
+    }
     testing::ShutdownJob(rts);
   }
 }
