@@ -444,8 +444,18 @@ void Launcher::ReapChildren() {
     bool success = false;
     const std::string what =
         absl::StrCat("kolorun: ", DescribeEnd(worker, status, &success));
+    // Whether the teardown's own signal ended it (not worth a line).
+    const bool ours =
+        WIFSIGNALED(status) &&
+        (WTERMSIG(status) == SIGTERM ||
+         (WTERMSIG(status) == SIGKILL && phase_ == Phase::kKilling));
     if (!success && phase_ == Phase::kRunning) {
       Fail(what, 1);
+    } else if (!success && !worker.placement.remote && !ours) {
+      // A failure of its own while the job was already coming down, e.g. a
+      // rank killed at the same moment as the one named first (which of
+      // two exits the kernel reports first is not the order they began).
+      Log(what);
     } else if (options_.verbose) {
       Log(what);
     }

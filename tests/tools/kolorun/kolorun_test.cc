@@ -248,6 +248,32 @@ TEST_F(KolorunTest, FailingRankIsNamedAndTheOthersAreTornDown) {
   EXPECT_TRUE(SecretDirEntries().empty());
 }
 
+// Rank 1 fails first; rank 2, which ignores SIGTERM, fails on its own
+// right after: both are named, the teardown's victims (rank 0) are not.
+constexpr char kTwoRanksFail[] = R"(
+case $KOLO_RANK in
+1) echo $$ > "$SCRATCH/pid.1"; exit 3 ;;
+2) trap '' TERM; echo $$ > "$SCRATCH/pid.2"
+   while [ ! -e "$SCRATCH/pid.1" ]; do sleep 0.02; done; exit 4 ;;
+*) exec sleep 1000 ;;
+esac
+)";
+
+TEST_F(KolorunTest, EveryRankThatFailsOnItsOwnIsNamed) {
+  const Result r =
+      Run({"-np", "3", "--grace-period", "30", "sh", "-c", kTwoRanksFail});
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_TRUE(absl::StrContains(
+      r.err, absl::StrCat("kolorun: rank 1 (pid ", PidFromFile("pid.1"),
+                          ") exited with code 3\n")))
+      << r.err;
+  EXPECT_TRUE(absl::StrContains(
+      r.err, absl::StrCat("kolorun: rank 2 (pid ", PidFromFile("pid.2"),
+                          ") exited with code 4\n")))
+      << r.err;
+  EXPECT_FALSE(absl::StrContains(r.err, "kolorun: rank 0")) << r.err;
+}
+
 TEST_F(KolorunTest, RankKilledBySignalIsNamedWithTheSignal) {
   const Result r =
       Run({"-np", "2", "sh", "-c",
