@@ -180,8 +180,11 @@ TEST_F(Reliability, T03_T04_MismatchesNameEveryRankAndTheJobGoesOn) {
 // 5. Stall: a warning at ~2 s names "rank 1: [A]"; with stall shutdown at
 // 5 s every rank errors at 5 +- 1 s and the launcher exits non-zero.
 TEST_F(Reliability, T05_StallIsNamedThenFailsTheJob) {
-  auto job = Launch(4, {"stall"},
-                    {"KOLO_STALL_CHECK_TIME=2", "KOLO_STALL_SHUTDOWN_TIME=5"});
+  // As in T1, ranks hold SIGTERM: the first rank to report and exit starts
+  // kolorun's teardown, which must not cut the others' reports short.
+  auto job = Launch(4, {"stall", "--ignore-sigterm", "1"},
+                    {"KOLO_STALL_CHECK_TIME=2", "KOLO_STALL_SHUTDOWN_TIME=5"},
+                    {"--grace-period", "10"});
   const int64_t submitted = LineTime(*job, "SUBMITTED rank 0 ", 30);
   ASSERT_GT(submitted, 0) << job->output();
   const int64_t warned = job->WaitFor("rank 1: \\[A\\]", 30);
