@@ -57,7 +57,6 @@ struct TensorEntry {
   void Complete(const absl::Status& status, std::vector<int64_t> splits = {});
 };
 
-
 class TensorQueue {
  public:
   // `notify` is called (without locks held) after an Add that found no new
@@ -114,8 +113,8 @@ class TensorQueue {
       int,
       absl::flat_hash_map<absl::string_view, std::unique_ptr<TensorEntry>>>;
   Table table_;  // guarded by mu_
-  // Entries of table_ not sent yet, in submission order (an entry leaves
-  // table_ only once sent, or when Close empties both).
+  // Entries of table_ not sent yet, in submission order (an entry taken
+  // before it was sent leaves both: ForgetUnsent; Close empties both).
   std::vector<const TensorEntry*> new_entries_;  // guarded by mu_
   std::atomic<bool> has_new_{false};  // !new_entries_.empty()
   // Removes `e` from new_entries_ if it is there (taken before it was sent:
