@@ -63,10 +63,9 @@ wire::Response BuildResponse(const std::vector<wire::Request>& by_rank);
 // "allreduce", "broadcast", ...
 const char* CollectiveName(wire::CollectiveType type);
 
-// Rebuilds a response that travelled as cache ids; false if an id is
-// unknown (the caches diverged).
-bool ExpandCachedResponse(const ResponseCache& cache, wire::Response* response);
-// The same into `out` (whose storage it reuses), leaving `compact` as is.
+// Rebuilds a response that travelled as cache ids into `out` (whose storage
+// it reuses; a response without ids is copied); false if an id is unknown
+// (the caches diverged).
 bool ExpandCachedResponse(const ResponseCache& cache,
                           const wire::Response& compact, wire::Response* out);
 

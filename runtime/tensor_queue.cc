@@ -59,9 +59,9 @@ absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
 void TensorQueue::TakeNewRequests(
     const std::function<void(const wire::Request&)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (const TensorEntry* e : new_entries_) {
+  for (TensorEntry* e : new_entries_) {
     fn(e->request);
-    const_cast<TensorEntry*>(e)->sent = true;
+    e->sent = true;
   }
   new_entries_.clear();
   has_new_.store(false, std::memory_order_release);

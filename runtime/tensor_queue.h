@@ -115,7 +115,7 @@ class TensorQueue {
   Table table_;  // guarded by mu_
   // Entries of table_ not sent yet, in submission order (an entry taken
   // before it was sent leaves both: ForgetUnsent; Close empties both).
-  std::vector<const TensorEntry*> new_entries_;  // guarded by mu_
+  std::vector<TensorEntry*> new_entries_;  // guarded by mu_
   std::atomic<bool> has_new_{false};  // !new_entries_.empty()
   // Removes `e` from new_entries_ if it is there (taken before it was sent:
   // an error response for a name other ranks sent).

@@ -289,12 +289,4 @@ bool ExpandCachedResponse(const ResponseCache& cache,
   return true;
 }
 
-bool ExpandCachedResponse(const ResponseCache& cache, wire::Response* r) {
-  if (r->cache_ids_size() == 0) return true;
-  wire::Response full;
-  if (!ExpandCachedResponse(cache, *r, &full)) return false;
-  *r = std::move(full);
-  return true;
-}
-
 }  // namespace kolo

@@ -27,8 +27,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       coordinator.ExpireOlderThan(absl::Seconds(1), now + absl::Seconds(2));
       coordinator.StallReport(absl::Seconds(1), now + absl::Seconds(2));
       kolo::wire::ResponseList list = coordinator.TakeResponseList();
-      for (kolo::wire::Response& r : *list.mutable_responses()) {
-        kolo::ExpandCachedResponse(coordinator.cache(), &r);
+      kolo::wire::Response expanded;
+      for (const kolo::wire::Response& r : list.responses()) {
+        kolo::ExpandCachedResponse(coordinator.cache(), r, &expanded);
       }
     }
   }
