@@ -12,6 +12,8 @@ PACKAGES=(
   clang libclang-rt-14-dev python3
   # LibTorch frontend, its example and the DDP baseline
   libtorch-dev dataset-fashion-mnist python3-torch cmake pkg-config zlib1g-dev
+  # Python frontend (kolo.torch): its extension, tests and wheel install
+  pybind11-dev python3-dev python3-pytest python3-venv python3-pip
   # Launching under other engines and over ssh (tests use network namespaces)
   openmpi-bin openssh-server openssh-client
   # kolo_bench baselines and plots
