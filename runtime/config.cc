@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,11 +85,18 @@ absl::Status ReadDuration(const EnvironmentMap& env, const std::string& var,
   const char* what = unit == absl::Seconds(1)        ? "seconds"
                      : unit == absl::Microseconds(1) ? "microseconds"
                                                      : "milliseconds";
+  // At most 1e9 units (31 years of seconds): larger values overflow the
+  // deadlines computed from them.
+  constexpr double kMaxUnits = 1e9;
   if (!absl::SimpleAtod(*v, &parsed) || !std::isfinite(parsed) ||
-      parsed < 0 || (!allow_zero && parsed == 0) || parsed > 1e9) {
+      parsed < 0 || (!allow_zero && parsed == 0)) {
     return Bad(var, *v,
                absl::StrCat(allow_zero ? "a non-negative" : "a positive",
                             " number of ", what));
+  }
+  if (parsed > kMaxUnits) {
+    return Bad(var, *v,
+               absl::StrCat("a number of ", what, " no larger than 1e9"));
   }
   *out = parsed * unit;
   return absl::OkStatus();
@@ -125,9 +133,51 @@ absl::Status ReadLogLevel(const EnvironmentMap& env, LogLevel* out) {
   return Bad("KOLO_LOG_LEVEL", *v, "trace, debug, info, warning, error or fatal");
 }
 
-// The secret from KOLO_SECRET_FILE (preferred) or KOLO_SECRET. Messages
-// never contain the secret itself.
+// The secret from the descriptor KOLO_SECRET_FD (kolorun's: Note [Secret
+// without a file] in tools/kolorun/secret_fd.h), read at offset 0 so that
+// it can be read again; the descriptor is then marked close-on-exec, so that
+// programs the worker starts do not inherit it.
+absl::Status ReadSecretDescriptor(const std::string& value, std::string* out) {
+  int fd = -1;
+  if (!absl::SimpleAtoi(value, &fd) || fd < 0) {
+    return Bad("KOLO_SECRET_FD", value, "a descriptor number");
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KOLO_SECRET_FD=", fd, ": descriptor ", fd,
+        " is not open in this process (kolorun passes it to the workers it "
+        "starts; a program started by a worker does not inherit it)"));
+  }
+  std::string buffer(4096, '\0');
+  ssize_t n;
+  do {
+    n = pread(fd, &buffer[0], buffer.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KOLO_SECRET_FD=", fd, ": cannot read the secret: ",
+        std::strerror(errno)));
+  }
+  buffer.resize(static_cast<size_t>(n));
+  std::string secret(absl::StripAsciiWhitespace(buffer));
+  if (secret.size() < kMinSecretBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KOLO_SECRET_FD=", fd, ": the secret must be at least ",
+        kMinSecretBytes, " bytes, the descriptor holds ", secret.size()));
+  }
+  const int flags = fcntl(fd, F_GETFD);
+  if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  *out = std::move(secret);
+  return absl::OkStatus();
+}
+
+// The secret from KOLO_SECRET_FD, KOLO_SECRET_FILE or KOLO_SECRET, in that
+// order. Messages never contain the secret itself.
 absl::Status ReadSecret(const EnvironmentMap& env, std::string* out) {
+  if (const std::string* fd = Find(env, "KOLO_SECRET_FD")) {
+    return ReadSecretDescriptor(*fd, out);
+  }
   if (const std::string* path = Find(env, "KOLO_SECRET_FILE")) {
     struct stat st;
     if (stat(path->c_str(), &st) != 0) {
@@ -353,11 +403,12 @@ absl::Status ParsePlacement(const EnvironmentMap& env, Options* o) {
 // variable the address came from, for messages.
 absl::Status ParseRendezvous(const EnvironmentMap& env, Options* o,
                              std::string* addr_source) {
-  KOLO_RETURN_IF_ERROR(
-      ReadInt32(env, "KOLO_RENDEZVOUS_PORT", 1, &o->rendezvous_port));
-  if (o->rendezvous_port > 65535) {
-    return Bad("KOLO_RENDEZVOUS_PORT", *Find(env, "KOLO_RENDEZVOUS_PORT"),
-               "a port from 1 to 65535");
+  if (const std::string* v = Find(env, "KOLO_RENDEZVOUS_PORT")) {
+    int64_t port = 0;
+    if (!absl::SimpleAtoi(*v, &port) || port < 1 || port > 65535) {
+      return Bad("KOLO_RENDEZVOUS_PORT", *v, "a port from 1 to 65535");
+    }
+    o->rendezvous_port = static_cast<int>(port);
   }
   if (o->placement_source == "torchrun") {
     const std::string* master_port = Find(env, "MASTER_PORT");
@@ -367,6 +418,10 @@ absl::Status ParseRendezvous(const EnvironmentMap& env, Options* o,
           " is torchrun's MASTER_PORT, where torchrun's own store listens: "
           "set KOLO_RENDEZVOUS_PORT to another port"));
     }
+  }
+  if (const std::string* v = Find(env, "KOLO_LAUNCHER")) {
+    // kolorun's store listens before it starts any worker.
+    o->store_listening = *v == "kolorun";
   }
   o->host_store = o->placement_source == "mpirun" ||
                   o->placement_source == "slurm" ||

@@ -21,7 +21,8 @@ using EnvironmentMap = std::map<std::string, std::string>;
 // The current process environment as a map.
 EnvironmentMap ProcessEnvironment();
 
-// Options from `env`. Reads the secret file named by KOLO_SECRET_FILE.
+// Options from `env`. Reads the secret from the descriptor KOLO_SECRET_FD
+// (then marked close-on-exec) or the file KOLO_SECRET_FILE.
 //
 // Note [Placement and rendezvous from the environment]
 // Placement (rank, size, local and cross rank/size) comes from the first

@@ -5,6 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
+#include "runtime/exit_guard.h"
 #include "runtime/runtime_impl.h"
 
 namespace kolo {
@@ -137,7 +138,9 @@ std::unique_ptr<TensorEntry> AllreduceEntry(const AllreduceRequest& req) {
 Runtime::Runtime(std::shared_ptr<RuntimeImpl> impl) : impl_(std::move(impl)) {}
 
 Runtime::~Runtime() {
-  if (impl_) impl_->Abort();
+  if (!impl_) return;
+  ForgetAtExit(impl_.get());
+  impl_->Abort();
 }
 
 absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Options& options) {
@@ -157,6 +160,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Options& options)
     impl->Abort();
     return s;
   }
+  StopAtExit(impl);  // Note [Runtimes at exit]
   return std::unique_ptr<Runtime>(new Runtime(std::move(impl)));
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "runtime/fusion.h"
 #include "runtime/rendezvous/tcp_store.h"
 
@@ -33,6 +34,78 @@ absl::StatusOr<bool> AllOnHost(Store& store, const std::vector<int>& ranks,
     if (*theirs != *mine) return false;
   }
   return true;
+}
+
+// Note [Failures at start] in tools/kolorun/launcher.cc: kolorun watches
+// the claims. A store that was listening before the worker started answers
+// a connection at once; this long is only for a loaded machine.
+constexpr absl::Duration kListeningStoreConnectTimeout = absl::Seconds(2);
+
+// Who this process is, for messages about two workers claiming one rank.
+std::string ProcessIdentity() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrCat("pid ", getpid(), " on ", host);
+}
+
+// The settings every rank of a job must share: a difference would make the
+// ranks disagree on the protocol (the response cache), the data path or the
+// results.
+std::string SharedSettings(const Options& o) {
+  return absl::StrCat("KOLO_SIZE=", o.size, "\n", "KOLO_SHM=", o.shm ? 1 : 0,
+                      "\n", "KOLO_CACHE_CAPACITY=", o.cache_capacity, "\n",
+                      "KOLO_HIERARCHICAL_ALLREDUCE=",
+                      o.hierarchical_allreduce ? 1 : 0, "\n",
+                      "join average over the set size=",
+                      o.join_average_over_set_size ? 1 : 0, "\n",
+                      "process sets at start=", o.process_sets.size());
+}
+
+// Claims this rank's place in the store (a second worker with the same rank
+// fails here, naming both) and checks that this rank's shared settings
+// equal rank 0's. Every error names the ranks and the values.
+absl::Status ClaimRank(Store& store, const Options& o) {
+  const std::string me = ProcessIdentity();
+  absl::StatusOr<int64_t> claims = store.Add(absl::StrCat("claim/", o.rank), 1);
+  if (!claims.ok()) return claims.status();
+  if (*claims == 1) {
+    absl::Status s = store.Set(absl::StrCat("claimant/", o.rank), me);
+    if (!s.ok()) return s;
+  } else {
+    absl::StatusOr<std::string> first =
+        store.Get(absl::StrCat("claimant/", o.rank), absl::Seconds(2));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", o.rank, " is claimed by two workers: ",
+        first.ok() ? *first : "another worker", " and this one (", me,
+        "); every worker needs a rank of its own (KOLO_RANK, or the "
+        "launcher's rank variable)"));
+  }
+  const std::string mine = SharedSettings(o);
+  absl::Status s = store.Set(absl::StrCat("settings/", o.rank), mine);
+  if (!s.ok() || o.rank == 0) return s;
+  absl::StatusOr<std::string> theirs =
+      store.Get("settings/0", o.start_timeout);
+  if (!theirs.ok()) {
+    return absl::Status(
+        theirs.status().code(),
+        absl::StrCat("rank ", o.rank, ": rank 0 did not join the rendezvous: ",
+                     theirs.status().message()));
+  }
+  if (*theirs == mine) return absl::OkStatus();
+  std::vector<std::string> ours = absl::StrSplit(mine, '\n');
+  std::vector<std::string> zeros = absl::StrSplit(*theirs, '\n');
+  std::vector<std::string> differences;
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const std::string& zero = i < zeros.size() ? zeros[i] : "(unset)";
+    if (ours[i] == zero) continue;
+    const size_t eq = ours[i].find('=');
+    differences.push_back(absl::StrCat(
+        ours[i].substr(0, eq), " is ", ours[i].substr(eq + 1), " on rank ",
+        o.rank, " but ", zero.substr(zero.find('=') + 1), " on rank 0"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank ", o.rank, " and rank 0 disagree on settings every rank must "
+      "share: ", absl::StrJoin(differences, "; ")));
 }
 
 bool Cacheable(const wire::Response& r) {
@@ -109,21 +182,37 @@ absl::Status RuntimeImpl::Start() {
       if (!server.ok()) return server.status();
       store_server_ = std::move(*server);
     }
+    // A store that listened before this process started answers at once:
+    // waiting for it only hides a wrong address.
+    const absl::Duration connect_timeout =
+        options_.store_listening
+            ? std::min(options_.start_timeout, kListeningStoreConnectTimeout)
+            : options_.start_timeout;
     auto client = rendezvous::ConnectTcpStore(
         options_.rendezvous_addr, options_.rendezvous_port, options_.secret,
-        options_.start_timeout);
+        connect_timeout);
     if (!client.ok()) {
       return absl::Status(
           client.status().code(),
-          absl::StrCat("rank ", options_.rank,
-                       ": cannot reach the rendezvous store at ",
-                       options_.rendezvous_addr, ":", options_.rendezvous_port,
-                       ": ", client.status().message()));
+          absl::StrCat(
+              "rank ", options_.rank, ": cannot reach the rendezvous store at ",
+              options_.rendezvous_addr, ":", options_.rendezvous_port, ": ",
+              client.status().message(),
+              options_.store_listening && !absl::IsPermissionDenied(
+                                              client.status())
+                  ? "; kolorun's store was listening before this worker "
+                    "started, so KOLO_RENDEZVOUS_ADDR/KOLO_RENDEZVOUS_PORT "
+                    "do not name it (were they changed for this worker?)"
+                  : ""));
     }
     base = *client;
   }
   if (!base) base = NewInMemoryStore();  // A job of one.
   store_ = NewPrefixStore("kolo", base);
+  if (options_.size > 1) {
+    absl::Status joined = ClaimRank(*store_, options_);
+    if (!joined.ok()) return joined;
+  }
 
   // Which host this rank runs on, for the choice of shared memory (see
   // AllOnHost, HostsShareRanks) and hierarchical backends.
@@ -281,7 +370,7 @@ RuntimeStats RuntimeImpl::stats() const {
 
 void RuntimeImpl::Notify() { wakeup_.load()->Notify(); }
 
-void RuntimeImpl::Fatal(const absl::Status& status) {
+void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     if (!fatal_.ok()) return;
@@ -289,7 +378,11 @@ void RuntimeImpl::Fatal(const absl::Status& status) {
   }
   state_cv_.notify_all();
   accepting_ = false;
-  logger_.Error(std::string(status.message()));
+  if (quiet) {
+    logger_.Info(std::string(status.message()));
+  } else {
+    logger_.Error(std::string(status.message()));
+  }
   queue_.Close(status);
   {
     // The collective in flight fails now too; its buffers are left to the
@@ -767,10 +860,18 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
 
 void RuntimeImpl::Abort() {
   if (stopped_.exchange(true)) return;
-  Fatal(absl::AbortedError("Abort() was called"));
+  Fatal(absl::AbortedError("Abort() was called"), /*quiet=*/true);
   timeline_.Stop();
   if (control_) control_->Close();
   StopLoop(absl::Now() + absl::Milliseconds(100));
+}
+
+void RuntimeImpl::StopForExit() {
+  if (stopped_.exchange(true)) return;
+  Fatal(absl::AbortedError("the process is exiting"), /*quiet=*/true);
+  timeline_.Stop();
+  if (control_) control_->Close();
+  StopLoop(absl::Now() + absl::Milliseconds(500));
 }
 
 }  // namespace kolo

@@ -96,6 +96,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
 
   absl::Status Shutdown(absl::Duration timeout);
   void Abort();
+  // Abort() at process exit, quietly (Note [Runtimes at exit] in
+  // exit_guard.h).
+  void StopForExit();
 
  private:
   // Note [Background loop] in runtime_impl.cc.
@@ -120,8 +123,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   BackendContext SetContext(const ProcessSetState& set,
                             const std::string& prefix) const;
   void Notify();
-  // Fails all pending and future work with `status`. Any thread.
-  void Fatal(const absl::Status& status);
+  // Fails all pending and future work with `status`, logged as an error
+  // unless `quiet` (the program itself ended the runtime). Any thread.
+  void Fatal(const absl::Status& status, bool quiet = false);
   absl::Status fatal_status();
   // After a failed collective: give the control plane a moment to say which
   // rank was lost, since that message is the useful one.

@@ -62,6 +62,40 @@ absl::Duration FromWireTimeout(int64_t timeout_ms) {
 
 // --- Server ---
 
+// The server's data, calling `on_change` after every successful change.
+class NotifyingStore final : public Store {
+ public:
+  NotifyingStore(std::shared_ptr<InMemoryStore> state,
+                 std::function<void()> on_change)
+      : state_(std::move(state)), on_change_(std::move(on_change)) {}
+
+  absl::Status Set(const std::string& key, const std::string& value) override {
+    absl::Status s = state_->Set(key, value);
+    if (s.ok() && on_change_) on_change_();
+    return s;
+  }
+  absl::StatusOr<std::string> Get(const std::string& key,
+                                  absl::Duration timeout) override {
+    return state_->Get(key, timeout);
+  }
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) override {
+    absl::StatusOr<int64_t> v = state_->Add(key, delta);
+    if (v.ok() && on_change_) on_change_();
+    return v;
+  }
+  absl::Status Wait(const std::vector<std::string>& keys,
+                    absl::Duration timeout) override {
+    return state_->Wait(keys, timeout);
+  }
+  absl::StatusOr<bool> Check(const std::string& key) override {
+    return state_->Check(key);
+  }
+
+ private:
+  const std::shared_ptr<InMemoryStore> state_;
+  const std::function<void()> on_change_;
+};
+
 // Threads: one accept thread, and one thread per connection that runs the
 // handshake and then serves requests one at a time (a parked GET blocks only
 // its own connection). A finished connection thread hands its std::thread to
@@ -69,11 +103,14 @@ absl::Duration FromWireTimeout(int64_t timeout_ms) {
 // thread is ever unjoined; Stop() joins that last one.
 class TcpStoreServerImpl final : public TcpStoreServer {
  public:
-  TcpStoreServerImpl(net::Listener listener, std::string secret)
+  TcpStoreServerImpl(net::Listener listener, std::string secret,
+                     ServerOptions options)
       : listener_(std::move(listener)),
         port_(listener_.port()),
         secret_(std::move(secret)),
-        state_(std::make_shared<InMemoryStore>()) {}
+        options_(std::move(options)),
+        state_(std::make_shared<InMemoryStore>()),
+        local_(std::make_shared<NotifyingStore>(state_, options_.on_change)) {}
 
   ~TcpStoreServerImpl() override { Stop(); }
 
@@ -82,7 +119,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   }
 
   int port() const override { return port_; }
-  std::shared_ptr<Store> local() override { return state_; }
+  std::shared_ptr<Store> local() override { return local_; }
   int64_t auth_failures() const override { return auth_failures_.load(); }
 
   void Stop() override {
@@ -193,7 +230,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
               wire::StoreResponse* response) {
     switch (request.op()) {
       case wire::STORE_SET:
-        SetStatus(state_->Set(request.key(), request.value()), response);
+        SetStatus(local_->Set(request.key(), request.value()), response);
         return;
       case wire::STORE_GET: {
         absl::StatusOr<std::string> value =
@@ -204,7 +241,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
       }
       case wire::STORE_ADD: {
         absl::StatusOr<int64_t> value =
-            state_->Add(request.key(), request.delta());
+            local_->Add(request.key(), request.delta());
         SetStatus(value.status(), response);
         if (value.ok()) response->set_int_value(*value);
         return;
@@ -246,7 +283,9 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   net::Listener listener_;
   const int port_;
   const std::string secret_;
+  const ServerOptions options_;
   const std::shared_ptr<InMemoryStore> state_;
+  const std::shared_ptr<Store> local_;  // state_, calling on_change
   std::atomic<int64_t> auth_failures_{0};
   std::thread accept_thread_;
 
@@ -386,7 +425,8 @@ class TcpStoreClient final : public Store {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
-    const std::string& bind_addr, int port, const std::string& secret) {
+    const std::string& bind_addr, int port, const std::string& secret,
+    ServerOptions options) {
   if (secret.empty()) {
     return absl::InvalidArgumentError(
         "the rendezvous store needs a non-empty job secret");
@@ -398,7 +438,8 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(
         absl::StrCat("rendezvous store: ", listener.status().message()));
   }
   auto server =
-      std::make_unique<TcpStoreServerImpl>(std::move(*listener), secret);
+      std::make_unique<TcpStoreServerImpl>(std::move(*listener), secret,
+                                           std::move(options));
   server->StartAccepting();
   return std::unique_ptr<TcpStoreServer>(std::move(server));
 }

@@ -8,6 +8,7 @@
 #ifndef KOLO_RUNTIME_RENDEZVOUS_TCP_STORE_H_
 #define KOLO_RUNTIME_RENDEZVOUS_TCP_STORE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,11 +21,18 @@ namespace rendezvous {
 
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(3);
 
+struct ServerOptions {
+  // Called after every successful SET or ADD, by the server's thread (a
+  // client's request) or by the caller of local() (must not block).
+  std::function<void()> on_change;
+};
+
 class TcpStoreServer {
  public:
   // Listens on bind_addr:port (port 0 = ephemeral) and serves until Stop().
   static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(
-      const std::string& bind_addr, int port, const std::string& secret);
+      const std::string& bind_addr, int port, const std::string& secret,
+      ServerOptions options = {});
   virtual ~TcpStoreServer() = default;
 
   virtual int port() const = 0;

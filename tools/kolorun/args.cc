@@ -1,6 +1,7 @@
 #include "tools/kolorun/args.h"
 
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,7 +71,15 @@ bool IsJobVariable(absl::string_view name) {
                                                    "KOLO_RENDEZVOUS_ADDR",
                                                    "KOLO_RENDEZVOUS_PORT",
                                                    "KOLO_SECRET_FILE",
-                                                   "KOLO_SECRET"};
+                                                   "KOLO_SECRET_FD",
+                                                   "KOLO_SECRET",
+                                                   "KOLO_LAUNCHER",
+                                                   "HOROVOD_RANK",
+                                                   "HOROVOD_SIZE",
+                                                   "HOROVOD_LOCAL_RANK",
+                                                   "HOROVOD_LOCAL_SIZE",
+                                                   "HOROVOD_CROSS_RANK",
+                                                   "HOROVOD_CROSS_SIZE"};
   return kJob.count(name) > 0;
 }
 
@@ -98,7 +107,7 @@ absl::Status ParseForwarded(absl::string_view value,
   if (IsJobVariable(name)) {
     return Invalid(absl::StrCat(
         "-x ", name, ": kolorun sets ", name,
-        " itself (the job secret travels only in a private file)"));
+        " itself (the job secret travels only in a private descriptor)"));
   }
   if (!variable.has_value && getenv(name.c_str()) == nullptr) {
     return Invalid(absl::StrCat("-x ", name, ": ", name,
@@ -259,9 +268,15 @@ absl::Status LoadFiles(LaunchOptions* options) {
        {std::make_pair("--ssh-config", &options->ssh_config),
         std::make_pair("--ssh-identity-file", &options->ssh_identity_file),
         std::make_pair("--hostfile", &options->hostfile)}) {
-    if (!path->empty() && access(path->c_str(), R_OK) != 0) {
+    if (path->empty()) continue;
+    if (access(path->c_str(), R_OK) != 0) {
       return Invalid(
           absl::StrCat(flag, " ", *path, ": ", std::strerror(errno)));
+    }
+    struct stat st;
+    if (stat(path->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      return Invalid(absl::StrCat(flag, " ", *path,
+                                  ": is a directory, not a file"));
     }
   }
   if (options->hostfile.empty()) return absl::OkStatus();

@@ -2,15 +2,19 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <limits>
 #include <set>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/config.h"
 #include "tools/kolorun/remote.h"
@@ -64,9 +68,20 @@ Variables JobVariables(const std::vector<std::string>& inherited,
       {"KOLO_CROSS_SIZE", absl::StrCat(p.cross_size)},
       {"KOLO_RENDEZVOUS_ADDR", endpoint.store_addr},
       {"KOLO_RENDEZVOUS_PORT", absl::StrCat(endpoint.store_port)},
+      // The store listens before any worker starts: a worker that cannot
+      // reach it has a wrong address and says so at once.
+      {"KOLO_LAUNCHER", "kolorun"},
+      // Horovod's names, for scripts that read them (horovodrun exports
+      // these).
+      {"HOROVOD_RANK", absl::StrCat(p.rank)},
+      {"HOROVOD_SIZE", absl::StrCat(options.num_proc)},
+      {"HOROVOD_LOCAL_RANK", absl::StrCat(p.local_rank)},
+      {"HOROVOD_LOCAL_SIZE", absl::StrCat(p.local_size)},
+      {"HOROVOD_CROSS_RANK", absl::StrCat(p.cross_rank)},
+      {"HOROVOD_CROSS_SIZE", absl::StrCat(p.cross_size)},
   };
-  if (!endpoint.secret_path.empty()) {
-    Set(&vars, "KOLO_SECRET_FILE", endpoint.secret_path);
+  if (endpoint.secret_fd >= 0) {
+    Set(&vars, "KOLO_SECRET_FD", absl::StrCat(endpoint.secret_fd));
   }
   if (!options.network_interface.empty()) {
     Set(&vars, "KOLO_IFACE", options.network_interface);
@@ -90,12 +105,13 @@ Variables JobVariables(const std::vector<std::string>& inherited,
 }
 
 // `inherited` entries that `keep` accepts and `vars` does not replace,
-// followed by `vars`. KOLO_SECRET and KOLO_SECRET_FILE never pass: the
-// secret travels only in kolorun's own file.
+// followed by `vars`. KOLO_SECRET, KOLO_SECRET_FILE and KOLO_SECRET_FD
+// never pass: the secret travels only in kolorun's own descriptor.
 std::vector<std::string> Merge(
     const std::vector<std::string>& inherited, const Variables& vars,
     const std::function<bool(const std::string&)>& keep) {
-  std::set<std::string> replaced = {"KOLO_SECRET", "KOLO_SECRET_FILE"};
+  std::set<std::string> replaced = {"KOLO_SECRET", "KOLO_SECRET_FILE",
+                                    "KOLO_SECRET_FD"};
   for (const auto& [name, value] : vars) replaced.insert(name);
   std::vector<std::string> env;
   for (const std::string& entry : inherited) {
@@ -175,12 +191,123 @@ std::vector<std::string> RemoteWorkerEnvironment(
     const std::vector<std::string>& inherited, const LaunchOptions& options,
     const RankEndpoint& endpoint) {
   RankEndpoint remote = endpoint;
-  remote.secret_path.clear();
+  remote.secret_fd = -1;
   return Merge(inherited, JobVariables(inherited, options, remote),
                [](const std::string& name) {
                  return absl::StartsWith(name, "KOLO_") || name == "PATH" ||
                         name == "LD_LIBRARY_PATH" || name == "OMP_NUM_THREADS";
                });
+}
+
+namespace {
+
+// Descriptors kolorun needs besides those of the workers.
+constexpr int64_t kBaseDescriptors = 64;
+// Per worker: two output pipes, its connection to the store, and for a
+// remote rank ssh's standard input; with room for a second store
+// connection.
+constexpr int64_t kDescriptorsPerWorker = 5;
+// Processes kolorun needs besides the workers: its own threads, the job
+// guard, and the first threads of the workers.
+constexpr int64_t kBaseProcesses = 16;
+
+int64_t ReadInt64File(const std::string& path, int64_t fallback) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text)) return fallback;
+  int64_t value;
+  if (!absl::SimpleAtoi(text, &value)) return fallback;  // e.g. "max"
+  return value;
+}
+
+// The tightest pids.max - pids.current of this process's cgroup and its
+// ancestors (cgroup v2), or -1.
+int64_t CgroupProcessesLeft(std::string* where) {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line, path;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "0::")) path = line.substr(3);
+  }
+  if (path.empty()) return -1;
+  int64_t best = -1;
+  for (;;) {
+    const std::string dir = absl::StrCat("/sys/fs/cgroup", path == "/" ? "" : path);
+    const int64_t max = ReadInt64File(dir + "/pids.max", -1);
+    if (max >= 0) {
+      const int64_t left =
+          std::max<int64_t>(0, max - ReadInt64File(dir + "/pids.current", 0));
+      if (best < 0 || left < best) {
+        best = left;
+        *where = absl::StrCat("pids.max=", max, " of the cgroup ", dir);
+      }
+    }
+    if (path == "/" || path.empty()) break;
+    const size_t slash = path.rfind('/');
+    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+  return best;
+}
+
+}  // namespace
+
+ResourceLimits ReadResourceLimits() {
+  ResourceLimits limits;
+  struct rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    if (files.rlim_cur < files.rlim_max) {
+      struct rlimit raised = files;
+      raised.rlim_cur = files.rlim_max;
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) files = raised;
+    }
+    limits.descriptors = files.rlim_cur == RLIM_INFINITY
+                             ? std::numeric_limits<int64_t>::max()
+                             : static_cast<int64_t>(files.rlim_cur);
+  }
+  auto tighten = [&](int64_t left, const std::string& source) {
+    if (left >= 0 && (limits.processes < 0 || left < limits.processes)) {
+      limits.processes = left;
+      limits.processes_source = source;
+    }
+  };
+  std::string cgroup;
+  tighten(CgroupProcessesLeft(&cgroup), cgroup);
+  struct rlimit procs;
+  if (geteuid() != 0 && getrlimit(RLIMIT_NPROC, &procs) == 0 &&
+      procs.rlim_cur != RLIM_INFINITY) {
+    tighten(static_cast<int64_t>(procs.rlim_cur),
+            absl::StrCat("RLIMIT_NPROC=", procs.rlim_cur, " (ulimit -u)"));
+  }
+  const int64_t pid_max = ReadInt64File("/proc/sys/kernel/pid_max", -1);
+  if (pid_max > 0) {
+    tighten(pid_max, absl::StrCat("kernel.pid_max=", pid_max));
+  }
+  const int64_t threads_max = ReadInt64File("/proc/sys/kernel/threads-max", -1);
+  if (threads_max > 0) {
+    tighten(threads_max, absl::StrCat("kernel.threads-max=", threads_max));
+  }
+  return limits;
+}
+
+absl::Status CheckResources(const LaunchOptions& options, const JobPlan& plan,
+                            const ResourceLimits& limits) {
+  const int64_t workers = static_cast<int64_t>(plan.ranks.size());
+  const int64_t descriptors = kBaseDescriptors + kDescriptorsPerWorker * workers;
+  if (descriptors > limits.descriptors) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-np ", options.num_proc, ": kolorun needs about ", descriptors,
+        " file descriptors for ", workers, " workers but may open ",
+        limits.descriptors, " (ulimit -n); raise the limit or start fewer "
+        "workers"));
+  }
+  const int64_t processes = kBaseProcesses + workers;
+  if (limits.processes >= 0 && processes > limits.processes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-np ", options.num_proc, ": ", workers, " workers need at least ",
+        processes, " processes and threads, but only ", limits.processes,
+        " more may start here (", limits.processes_source,
+        "); start fewer workers or raise the limit"));
+  }
+  return absl::OkStatus();
 }
 
 int AvailableCpus() {

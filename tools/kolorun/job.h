@@ -33,18 +33,43 @@ struct JobPlan {
 // with no route, or a missing kolo_rank_guard.
 absl::StatusOr<JobPlan> PlanJob(const LaunchOptions& options);
 
+// What this machine lets kolorun start. Read by CheckResources(); tests
+// build it by hand.
+struct ResourceLimits {
+  // Descriptors kolorun may open (RLIMIT_NOFILE, soft limit raised to the
+  // hard one by ReadResourceLimits).
+  int64_t descriptors = 1024;
+  // Processes and threads kolorun may still start: the tightest of the
+  // cgroups' pids.max - pids.current up the hierarchy, RLIMIT_NPROC (not
+  // for root), and the kernel's pid_max and threads-max; -1: no limit found.
+  int64_t processes = -1;
+  // Where `processes` comes from, for the message.
+  std::string processes_source;
+};
+ResourceLimits ReadResourceLimits();
+
+// InvalidArgument, before anything starts, when the job cannot be started
+// within `limits`: every local worker costs kolorun descriptors (its output
+// pipes, its store connection) and a process (or ssh for a remote one).
+absl::Status CheckResources(const LaunchOptions& options, const JobPlan& plan,
+                            const ResourceLimits& limits);
+
 // Where a rank's job variables point.
 struct RankEndpoint {
   RankPlacement placement;
   std::string store_addr = "127.0.0.1";
   int store_port = 0;
-  std::string secret_path;  // Local ranks only.
+  // Local ranks only: the descriptor holding the job secret (Note [Secret
+  // without a file] in secret_fd.h), -1: none.
+  int secret_fd = -1;
 };
 
 // The complete environment of a local worker: `inherited` ("NAME=value"
-// entries) without KOLO_SECRET, plus the job variables of `endpoint`
+// entries) without KOLO_SECRET*, plus the job variables of `endpoint`
 // (KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_*, KOLO_CROSS_*, KOLO_RENDEZVOUS_*,
-// KOLO_SECRET_FILE), KOLO_IFACE (--network-interface) and KOLO_LOG_LEVEL
+// KOLO_SECRET_FD, KOLO_LAUNCHER=kolorun), the same ranks under Horovod's
+// names (HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_*, HOROVOD_CROSS_*, as
+// horovodrun exports them), KOLO_IFACE (--network-interface) and KOLO_LOG_LEVEL
 // (--log-level) when given, the -x variables, KOLO_START_TIMEOUT unless set,
 // and OMP_NUM_THREADS = max(1, cpus / local size) unless set.
 std::vector<std::string> WorkerEnvironment(
@@ -52,8 +77,8 @@ std::vector<std::string> WorkerEnvironment(
     const RankEndpoint& endpoint, int cpus);
 
 // What a remote worker gets on top of its login environment (through the
-// guard): the job variables but KOLO_SECRET_FILE (the guard writes its own),
-// kolorun's other KOLO_* variables but KOLO_SECRET, PATH, LD_LIBRARY_PATH
+// guard): the job variables but KOLO_SECRET_FD (the guard makes its own),
+// kolorun's other KOLO_* variables but KOLO_SECRET*, PATH, LD_LIBRARY_PATH
 // and OMP_NUM_THREADS when set here, KOLO_IFACE, KOLO_LOG_LEVEL and
 // KOLO_START_TIMEOUT as for local workers, and the -x variables. (The guard
 // sets OMP_NUM_THREADS from the remote host's CPUs if it is still unset.)

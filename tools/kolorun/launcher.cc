@@ -14,13 +14,15 @@
 #include <climits>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/rendezvous/tcp_store.h"
 #include "tools/kolorun/process.h"
 #include "tools/kolorun/remote.h"
-#include "tools/kolorun/secret_file.h"
+#include "tools/kolorun/job_guard.h"
+#include "tools/kolorun/secret_fd.h"
 
 extern char** environ;
 
@@ -35,6 +37,10 @@ constexpr absl::Duration kReapAfterKill = absl::Seconds(2);
 // A guard SIGKILLs its rank when the grace period ends, as kolorun does its
 // local ranks; kolorun gives it this long to report before it kills ssh.
 constexpr absl::Duration kGuardSlack = absl::Seconds(3);
+// After a worker fails on its own, how long the others may take to report
+// what they saw and exit before the teardown signals them (Phase
+// kReporting). Survivors hear of a lost rank within milliseconds.
+constexpr absl::Duration kReportGrace = absl::Seconds(1);
 
 int PollTimeoutMs(absl::Time deadline) {
   if (deadline == absl::InfiniteFuture()) return -1;
@@ -62,6 +68,13 @@ void Launcher::Log(const std::string& message) const {
 }
 
 int Launcher::Run() {
+  // Before any thread exists (Note [Job guard]).
+  absl::StatusOr<std::unique_ptr<JobGuard>> guard = JobGuard::Start();
+  if (!guard.ok()) {
+    Log(absl::StrCat("kolorun: ", guard.status().message()));
+    return 1;
+  }
+  guard_ = *std::move(guard);
   absl::StatusOr<std::unique_ptr<SignalPipe>> signals = SignalPipe::Install();
   if (!signals.ok()) {
     Log(absl::StrCat("kolorun: ", signals.status().message()));
@@ -75,10 +88,10 @@ int Launcher::Run() {
 
   const std::string secret = net::GenerateSecret();
   status_token_ = net::GenerateSecret().substr(0, 16);
-  absl::StatusOr<std::unique_ptr<SecretFile>> secret_file =
-      SecretFile::Create(secret);
-  if (!secret_file.ok()) {
-    Log(absl::StrCat("kolorun: ", secret_file.status().message()));
+  absl::StatusOr<std::unique_ptr<SecretDescriptor>> secret_fd =
+      SecretDescriptor::Create(secret);
+  if (!secret_fd.ok()) {
+    Log(absl::StrCat("kolorun: ", secret_fd.status().message()));
     return 1;
   }
   if (!options_.output_dir.empty() &&
@@ -87,8 +100,20 @@ int Launcher::Run() {
                      options_.output_dir, ": ", std::strerror(errno)));
     return 1;
   }
+  if (pipe2(store_changed_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    Log(absl::StrCat("kolorun: pipe: ", std::strerror(errno)));
+    return 1;
+  }
+  rendezvous::ServerOptions server_options;
+  // The store's thread only rings; the poll loop reads the store.
+  const int changed_fd = store_changed_[1];
+  server_options.on_change = [changed_fd] {
+    const char byte = 1;
+    (void)!write(changed_fd, &byte, 1);  // Full: a ring is pending anyway.
+  };
   absl::StatusOr<std::unique_ptr<rendezvous::TcpStoreServer>> server =
-      rendezvous::TcpStoreServer::Start(plan_.store_addr, 0, secret);
+      rendezvous::TcpStoreServer::Start(plan_.store_addr, 0, secret,
+                                        std::move(server_options));
   if (!server.ok()) {
     Log(absl::StrCat("kolorun: cannot start the rendezvous store: ",
                      server.status().message()));
@@ -117,7 +142,7 @@ int Launcher::Run() {
   }
 
   start_deadline_ = absl::Now() + options_.start_timeout;
-  SpawnAll(port, secret, (*secret_file)->path());
+  SpawnAll(port, secret, (*secret_fd)->fd());
   EventLoop();
 
   for (Worker& worker : workers_) {
@@ -128,11 +153,14 @@ int Launcher::Run() {
   }
   (*server)->Stop();
   store_.reset();
-  return exit_code_;  // ~SecretFile removes the file.
+  // Every process group of the job is empty (or given up on after
+  // SIGKILL): nothing left for the guard to do.
+  guard_->Release();
+  return exit_code_;
 }
 
 void Launcher::SpawnAll(int store_port, const std::string& secret,
-                        const std::string& secret_path) {
+                        int secret_fd) {
   const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   std::vector<std::string> inherited;
   for (char** entry = environ; entry && *entry; ++entry)
@@ -143,7 +171,7 @@ void Launcher::SpawnAll(int store_port, const std::string& secret,
     endpoint.placement = placement;
     endpoint.store_addr = plan_.store_addr;
     endpoint.store_port = store_port;
-    endpoint.secret_path = secret_path;
+    endpoint.secret_fd = secret_fd;
     if (!Spawn(endpoint, secret, inherited, dev_null)) break;
   }
   if (dev_null >= 0) close(dev_null);
@@ -243,6 +271,7 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
     launch.argv = options_.command;
     launch.env =
         WorkerEnvironment(inherited, options_, endpoint, AvailableCpus());
+    launch.inherited_fd = endpoint.secret_fd;
     if (options_.bind_to_core) {
       launch.cpus = CpuShare(allowed_cpus_, placement.local_rank,
                              placement.local_size);
@@ -270,6 +299,9 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
 
   worker.pid = spawned.pid;
   worker.running = spawned.pid > 0;
+  // The worker's process group (it leads it) ends with kolorun, whatever
+  // happens to kolorun (Note [Job guard]).
+  guard_->Watch(spawned.pid);
   ForwardOptions forward;
   forward.timestamps = options_.prefix_timestamp;
   forward.log_fd = worker.log_fd;
@@ -307,7 +339,7 @@ void Launcher::EventLoop() {
     if (AllWorkersReaped()) {
       ReapChildren();  // Orphans re-parented to kolorun.
       if (!AnyProcessGroupAlive()) break;
-      if (phase_ == Phase::kRunning) {
+      if (phase_ == Phase::kRunning || phase_ == Phase::kReporting) {
         Log("kolorun: terminating processes the workers left behind");
         BeginTeardown();
       }
@@ -321,6 +353,7 @@ void Launcher::EventLoop() {
     fds.clear();
     forwarders.clear();
     fds.push_back({signals_->read_fd(), POLLIN, 0});
+    fds.push_back({store_changed_[0], POLLIN, 0});
     for (Worker& worker : workers_) {
       for (LineForwarder* stream : {worker.out.get(), worker.err.get()}) {
         if (stream->fd() < 0) continue;
@@ -337,16 +370,25 @@ void Launcher::EventLoop() {
       }
     }
     if (ready > 0) {
-      for (size_t i = 1; i < fds.size(); ++i) {
-        if (fds[i].revents) forwarders[i - 1]->ReadAvailable();
+      for (size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents) forwarders[i - 2]->ReadAvailable();
       }
       if (fds[0].revents) {
         for (int signo : signals_->Drain()) OnSignal(signo);
+      }
+      if (fds[1].revents) {
+        char drain[64];
+        while (read(store_changed_[0], drain, sizeof(drain)) > 0) {
+        }
+        CheckEarlyExits();
       }
     }
 
     const absl::Time now = absl::Now();
     if (phase_ == Phase::kRunning && now >= start_deadline_) OnStartDeadline();
+    if (phase_ == Phase::kReporting && now >= report_deadline_) {
+      BeginTeardown();
+    }
     if (phase_ == Phase::kTerminating && now >= kill_deadline_) {
       KillRemaining(/*wait_for_guards=*/true);
     }
@@ -358,6 +400,8 @@ absl::Time Launcher::NextDeadline() const {
   switch (phase_) {
     case Phase::kRunning:
       return start_deadline_;
+    case Phase::kReporting:
+      return report_deadline_;
     case Phase::kTerminating:
       return kill_deadline_;
     case Phase::kKilling:
@@ -376,6 +420,11 @@ void Launcher::OnSignal(int signo) {
       Fail(absl::StrCat("kolorun: received ", SignalName(signo),
                         ", terminating the workers"),
            128 + signo);
+      break;
+    case Phase::kReporting:
+      Log(absl::StrCat("kolorun: received ", SignalName(signo),
+                       ", terminating the workers"));
+      BeginTeardown();
       break;
     case Phase::kTerminating:
       Log(absl::StrCat("kolorun: received ", SignalName(signo),
@@ -442,15 +491,31 @@ void Launcher::ReapChildren() {
       stream->FlushPartialLine();
     }
     bool success = false;
-    const std::string what =
+    std::string what =
         absl::StrCat("kolorun: ", DescribeEnd(worker, status, &success));
     // Whether the teardown's own signal ended it (not worth a line).
     const bool ours =
         WIFSIGNALED(status) &&
         (WTERMSIG(status) == SIGTERM ||
          (WTERMSIG(status) == SIGKILL && phase_ == Phase::kKilling));
+    const int rank = worker.placement.rank;
+    const bool joined = RankSet("ready", rank);
+    if (!joined && RankSet("claim", rank)) {
+      absl::StrAppend(&what, " during the rendezvous");
+    } else if (!joined && phase_ == Phase::kRunning &&
+               AnyRankSet("claim")) {
+      absl::StrAppend(&what, " before it joined the rendezvous");
+    }
     if (!success && phase_ == Phase::kRunning) {
-      Fail(what, 1);
+      // A rank that never joined leaves the others waiting for it: nothing
+      // to report. Otherwise the others may have seen what happened.
+      Fail(what, 1, joined ? Teardown::kAfterReports : Teardown::kNow);
+    } else if (success && !joined && phase_ == Phase::kRunning) {
+      worker.exited_before_joining =
+          absl::EndsWith(what, "rendezvous")
+              ? what
+              : absl::StrCat(what, " before it joined the rendezvous");
+      CheckEarlyExits();
     } else if (!success && !worker.placement.remote && !ours) {
       // A failure of its own while the job was already coming down, e.g. a
       // rank killed at the same moment as the one named first (which of
@@ -462,38 +527,110 @@ void Launcher::ReapChildren() {
   }
 }
 
+bool Launcher::RankSet(const char* what, int rank) const {
+  absl::StatusOr<bool> set = store_->Check(absl::StrCat("kolo/", what, "/", rank));
+  return set.ok() && *set;
+}
+
+bool Launcher::AnyRankSet(const char* what) const {
+  return std::any_of(workers_.begin(), workers_.end(), [&](const Worker& w) {
+    return RankSet(what, w.placement.rank);
+  });
+}
+
+std::string Launcher::RankList(const std::vector<int>& ranks) const {
+  std::vector<std::string> names;
+  for (int rank : ranks) {
+    const RankPlacement& p = plan_.ranks[rank];
+    names.push_back(absl::StrCat(
+        rank, plan_.multi_host ? absl::StrCat(" on ", p.host) : ""));
+  }
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks [",
+                      absl::StrJoin(names, ", "), ranks.size() == 1 ? "" : "]");
+}
+
+// Note [Failures at start]
+// A worker that ends before it has joined (set kolo/ready/<rank>) leaves
+// the ranks that did claim their place (kolo/claim/<rank>, the first thing
+// the runtime does in the store) waiting for it until the start timeout. A
+// non-zero exit fails the job at once anyway; an exit with code 0 fails it
+// as soon as some rank is seen waiting (now, or when a rank claims its
+// place later: the store rings kolorun on every change). A job whose
+// workers never use kolo (e.g. `kolorun -np 2 hostname`) claims nothing
+// and ends as its workers do.
+void Launcher::CheckEarlyExits() {
+  if (phase_ != Phase::kRunning ||
+      std::none_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+        return !w.exited_before_joining.empty();
+      })) {
+    return;
+  }
+  std::vector<int> waiting;
+  for (const Worker& worker : workers_) {
+    const int rank = worker.placement.rank;
+    if (worker.running && RankSet("claim", rank)) waiting.push_back(rank);
+  }
+  if (waiting.empty()) return;
+  for (const Worker& worker : workers_) {
+    if (worker.exited_before_joining.empty()) continue;
+    Fail(absl::StrCat(worker.exited_before_joining, "; ", RankList(waiting),
+                      waiting.size() == 1 ? " was" : " were",
+                      " waiting for it in the rendezvous"),
+         1);
+    return;
+  }
+}
+
 void Launcher::OnStartDeadline() {
   start_deadline_ = absl::InfiniteFuture();
-  std::vector<std::string> missing;
+  std::vector<int> missing, waiting;
   for (const Worker& worker : workers_) {
-    absl::StatusOr<bool> ready =
-        store_->Check(absl::StrCat("kolo/ready/", worker.placement.rank));
-    if (!ready.ok() || !*ready) {
-      missing.push_back(absl::StrCat(
-          worker.placement.rank,
-          plan_.multi_host ? absl::StrCat(" on ", worker.placement.host) : ""));
-    }
+    const int rank = worker.placement.rank;
+    if (RankSet("ready", rank)) continue;
+    (RankSet("claim", rank) ? waiting : missing).push_back(rank);
   }
-  if (missing.empty()) {
+  if (missing.empty() && waiting.empty()) {
     if (options_.verbose) {
       Log(absl::StrCat("kolorun: all ", workers_.size(), " ranks joined"));
     }
     return;
   }
-  Fail(
-      absl::StrCat("kolorun: ranks [", absl::StrJoin(missing, ", "),
-                   "] did not join within ",
-                   FormatSeconds(options_.start_timeout), " s (start timeout)"),
-      1);
+  const std::string timeout =
+      absl::StrCat(FormatSeconds(options_.start_timeout), " s (start timeout)");
+  if (missing.empty()) {
+    Fail(absl::StrCat("kolorun: ", RankList(waiting),
+                      " reached the rendezvous store but did not finish "
+                      "joining within ",
+                      timeout),
+         1);
+    return;
+  }
+  Fail(absl::StrCat("kolorun: ", RankList(missing),
+                    " did not reach the rendezvous store within ", timeout,
+                    waiting.empty()
+                        ? ""
+                        : absl::StrCat("; ", RankList(waiting),
+                                       waiting.size() == 1 ? " was" : " were",
+                                       " waiting for ",
+                                       missing.size() == 1 ? "it" : "them")),
+       1);
 }
 
-void Launcher::Fail(const std::string& message, int exit_code) {
+void Launcher::Fail(const std::string& message, int exit_code,
+                    Teardown teardown) {
   if (!failed_) {
     failed_ = true;
     exit_code_ = exit_code;
     Log(message);
   }
-  if (phase_ == Phase::kRunning) BeginTeardown();
+  if (phase_ != Phase::kRunning) return;
+  if (teardown == Teardown::kAfterReports && kReportGrace > absl::ZeroDuration()) {
+    phase_ = Phase::kReporting;
+    start_deadline_ = absl::InfiniteFuture();
+    report_deadline_ = absl::Now() + kReportGrace;
+    return;
+  }
+  BeginTeardown();
 }
 
 namespace {
@@ -511,6 +648,7 @@ void SignalWorker(pid_t pid, bool running, int signo) {
 void Launcher::BeginTeardown() {
   phase_ = Phase::kTerminating;
   start_deadline_ = absl::InfiniteFuture();
+  report_deadline_ = absl::InfiniteFuture();
   for (Worker& worker : workers_) {
     if (worker.placement.remote) {
       // The guard sees its standard input close and ends the rank: SIGTERM,

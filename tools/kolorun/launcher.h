@@ -2,7 +2,10 @@
 // start to teardown.
 //
 // Note [Launcher lifecycle]
-// 1. A fresh job secret goes into a 0600 file (KOLO_SECRET_FILE); the
+// 0. A guard process is forked that kills the job's process groups should
+//    kolorun die without tearing them down (Note [Job guard]).
+// 1. A fresh job secret goes into a sealed memory file that the local
+//    workers inherit (KOLO_SECRET_FD, Note [Secret without a file]); the
 //    rendezvous store (TcpStoreServer) listens on the job's store address
 //    (JobPlan: loopback for a job on this machine, else the address of
 //    --network-interface or the one that routes to the first remote host),
@@ -50,6 +53,7 @@
 #include "kolo/store.h"
 #include "tools/kolorun/args.h"
 #include "tools/kolorun/hosts.h"
+#include "tools/kolorun/job_guard.h"
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/output.h"
 #include "tools/kolorun/process.h"
@@ -82,12 +86,17 @@ class Launcher {
     int log_fd = -1;  // --output-filename
     std::unique_ptr<LineForwarder> out;
     std::unique_ptr<LineForwarder> err;
+    // How it ended, if it exited 0 before it finished the rendezvous
+    // (Note [Failures at start]); empty otherwise.
+    std::string exited_before_joining;
   };
-  enum class Phase { kRunning, kTerminating, kKilling };
+  // kReporting: a worker failed on its own; the others get kReportGrace to
+  // report what they saw (e.g. "rank 1 lost") and exit before the teardown.
+  enum class Phase { kRunning, kReporting, kTerminating, kKilling };
+  enum class Teardown { kNow, kAfterReports };
 
   // Starts the workers; stops at (and reports) the first that cannot start.
-  void SpawnAll(int store_port, const std::string& secret,
-                const std::string& secret_path);
+  void SpawnAll(int store_port, const std::string& secret, int secret_fd);
   // Starts one worker; false (after Fail) if it could not be started.
   bool Spawn(const RankEndpoint& endpoint, const std::string& secret,
              const std::vector<std::string>& inherited, int dev_null);
@@ -95,9 +104,18 @@ class Launcher {
   void OnSignal(int signo);
   void ReapChildren();
   void OnStartDeadline();
+  // Note [Failures at start]: fails the job if a rank exited before it
+  // joined while others wait for it.
+  void CheckEarlyExits();
+  // Whether `rank` set the store key `kolo/<what>/<rank>`.
+  bool RankSet(const char* what, int rank) const;
+  bool AnyRankSet(const char* what) const;
+  // "rank 2" / "ranks [1, 3 on hostB]".
+  std::string RankList(const std::vector<int>& ranks) const;
   // Reports `message` as the job's failure (first one only) with `exit_code`
-  // and starts the teardown.
-  void Fail(const std::string& message, int exit_code);
+  // and starts the teardown, at once or after the report grace.
+  void Fail(const std::string& message, int exit_code,
+            Teardown teardown = Teardown::kNow);
   void BeginTeardown();
   // SIGKILL to the local workers; ssh of remote ranks gets it too, after
   // kGuardSlack if `wait_for_guards` (the guards end their ranks themselves
@@ -118,7 +136,10 @@ class Launcher {
 
   const LaunchOptions options_;
   const JobPlan plan_;
+  std::unique_ptr<JobGuard> guard_;
   std::unique_ptr<SignalPipe> signals_;
+  // Rung by the store on every change; read by the poll loop.
+  int store_changed_[2] = {-1, -1};
   std::string status_token_;  // Names the guards' status lines.
   const std::vector<Cpu> allowed_cpus_ = AllowedCpus();  // Note [Binding]
   std::shared_ptr<Store> store_;
@@ -129,6 +150,7 @@ class Launcher {
   int exit_code_ = 0;
   bool failed_ = false;
   absl::Time start_deadline_ = absl::InfiniteFuture();
+  absl::Time report_deadline_ = absl::InfiniteFuture();
   absl::Time kill_deadline_ = absl::InfiniteFuture();
   absl::Time ssh_kill_deadline_ = absl::InfiniteFuture();
   absl::Time give_up_deadline_ = absl::InfiniteFuture();

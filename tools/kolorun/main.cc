@@ -51,6 +51,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<kolo::kolorun::JobPlan> plan =
       kolo::kolorun::PlanJob(*options);
   if (!plan.ok()) return UsageError(plan.status());
+  if (absl::Status s = kolo::kolorun::CheckResources(
+          *options, *plan, kolo::kolorun::ReadResourceLimits());
+      !s.ok()) {
+    return UsageError(s);
+  }
   kolo::kolorun::Launcher launcher(*std::move(options), *std::move(plan));
   return launcher.Run();
 }

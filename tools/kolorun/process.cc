@@ -70,6 +70,7 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   }
   if (cpus) sched_setaffinity(0, sizeof(*cpus), cpus);
   CloseOnExecFrom3(max_fd);  // status_fd is close-on-exec already.
+  if (launch.inherited_fd >= 0) fcntl(launch.inherited_fd, F_SETFD, 0);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   execvpe(argv[0], argv, envp);
   const int error = errno;

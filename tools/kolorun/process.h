@@ -22,6 +22,9 @@ struct WorkerLaunch {
   // CPUs the worker (every thread it starts) may run on; empty: those of
   // the launcher (Note [Binding]).
   std::vector<int> cpus;
+  // A descriptor the worker inherits across exec (the job secret: Note
+  // [Secret without a file] in secret_fd.h); -1: none.
+  int inherited_fd = -1;
 };
 
 struct SpawnResult {
@@ -36,8 +39,8 @@ struct SpawnResult {
 // group (setpgid(0, 0), so that teardown can signal it with everything it
 // started), PR_SET_PDEATHSIG = SIGKILL plus a getppid() check (the worker
 // dies with kolorun, even under kill -9), the inherited signal dispositions
-// (`signals`), an empty signal mask, no file descriptors but 0, 1 and 2,
-// and the CPU affinity `launch.cpus` (when the kernel refuses it, the worker
+// (`signals`), an empty signal mask, no file descriptors but 0, 1, 2 and
+// `launch.inherited_fd`, and the CPU affinity `launch.cpus` (when the kernel refuses it, the worker
 // runs unbound: binding is for speed only).
 // Returns once the child has exec'ed or failed to: exec errors come back
 // through a close-on-exec pipe.

@@ -30,7 +30,7 @@
 #include "tools/kolorun/output.h"
 #include "tools/kolorun/process.h"
 #include "tools/kolorun/remote.h"
-#include "tools/kolorun/secret_file.h"
+#include "tools/kolorun/secret_fd.h"
 #include "tools/kolorun/signals.h"
 
 extern char** environ;
@@ -93,7 +93,7 @@ class RankGuard {
   const std::vector<std::string> command_;
   std::unique_ptr<SignalPipe> signals_;
   GuardRequest request_;
-  std::unique_ptr<SecretFile> secret_file_;
+  std::unique_ptr<SecretDescriptor> secret_fd_;
   pid_t pid_ = -1;  // The worker, also its process group.
   bool worker_running_ = false;
   int wait_status_ = 0;
@@ -139,13 +139,15 @@ absl::Status RankGuard::PrepareEnvironment() {
     setenv(entry.substr(0, eq).c_str(), entry.substr(eq + 1).c_str(), 1);
   }
   unsetenv("KOLO_SECRET");
-  // After the environment: TMPDIR may come from kolorun (-x TMPDIR=...).
-  absl::StatusOr<std::unique_ptr<SecretFile>> file =
-      SecretFile::Create(request_.secret);
-  if (!file.ok()) return file.status();
-  secret_file_ = *std::move(file);
+  unsetenv("KOLO_SECRET_FILE");
+  // Note [Secret without a file] in secret_fd.h: nothing on this host's
+  // disk either.
+  absl::StatusOr<std::unique_ptr<SecretDescriptor>> secret =
+      SecretDescriptor::Create(request_.secret);
+  if (!secret.ok()) return secret.status();
+  secret_fd_ = *std::move(secret);
   request_.secret.clear();
-  setenv("KOLO_SECRET_FILE", secret_file_->path().c_str(), 1);
+  setenv("KOLO_SECRET_FD", absl::StrCat(secret_fd_->fd()).c_str(), 1);
   if (getenv("OMP_NUM_THREADS") == nullptr) {
     int local_size = 1;
     const char* value = getenv("KOLO_LOCAL_SIZE");
@@ -181,7 +183,7 @@ void RankGuard::BeginTeardown() {
 }
 
 int RankGuard::Finish(int wait_status) {
-  secret_file_.reset();  // Removes the file.
+  secret_fd_.reset();
   if (!request_.status_token.empty()) {
     WriteFully(STDERR_FILENO,
                GuardStatusLine(request_.status_token, pid_, wait_status));
@@ -221,6 +223,7 @@ int RankGuard::Run() {
   launch.stdin_fd = dev_null >= 0 ? dev_null : STDIN_FILENO;
   launch.stdout_fd = STDOUT_FILENO;
   launch.stderr_fd = STDERR_FILENO;
+  launch.inherited_fd = secret_fd_->fd();
   if (request_.bind_to_core) {
     // Note [Binding]: the share of this host's CPUs, from the placement.
     int local_rank = 0, local_size = 1;

@@ -9,15 +9,16 @@
 // share paths, as the worker command does). The command line carries no
 // secret and no environment: ssh's standard input carries a GuardRequest
 // (netstrings): the working directory, the environment to add, the job
-// secret, the grace period, the CPU binding and a status token. kolorun keeps that pipe open
-// for the life of the rank. The guard
-//  1. writes the secret to its own 0600 file (KOLO_SECRET_FILE) on the host;
+// secret, the grace period, the CPU binding and a status token. kolorun
+// keeps that pipe open for the life of the rank. The guard
+//  1. puts the secret in a sealed memory file the rank inherits
+//     (KOLO_SECRET_FD; Note [Secret without a file] in secret_fd.h);
 //  2. starts the command in a new process group;
 //  3. when its standard input closes (kolorun closed it to tear the job
 //     down, or kolorun or the ssh connection died: ssh without a terminal
 //     does not end the remote command by itself) or on SIGTERM/SIGINT/SIGHUP,
 //     sends SIGTERM to the group and SIGKILL after the grace period;
-//  4. once the group is empty, removes the secret file and writes one status
+//  4. once the group is empty, closes the secret's descriptor, writes one status
 //     line, "kolo_rank_guard[TOKEN] pid=P wait_status=S", to its stderr,
 //     which kolorun reads (and does not print) to name how the rank ended;
 //     then exits with the rank's exit code (128+n after signal n).

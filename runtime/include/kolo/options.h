@@ -37,12 +37,18 @@ struct Options {
   // (KOLO_HOST_STORE; on by default when the placement comes from mpirun,
   // Slurm or torchrun, off under kolorun, which hosts the store).
   bool host_store = false;
+  // The store was listening before this process started (kolorun says so
+  // with KOLO_LAUNCHER=kolorun): a store that cannot be reached means a
+  // wrong address, reported within seconds instead of retried until the
+  // start timeout.
+  bool store_listening = false;
   // Where the placement came from: "kolo" (KOLO_RANK/KOLO_SIZE, e.g.
   // kolorun), "mpirun", "slurm", "torchrun", or "" (a job of one).
   // Informational, for messages.
   std::string placement_source;
   // The per-job secret that authenticates every connection on kolo's own
-  // ports (KOLO_SECRET_FILE or KOLO_SECRET, at least 16 bytes). Never logged.
+  // ports (KOLO_SECRET_FD from kolorun, KOLO_SECRET_FILE or KOLO_SECRET, at
+  // least 16 bytes). Never logged.
   std::string secret;
   // KOLO_INSECURE_NO_SECRET=1 and no secret given: `secret` holds a fixed,
   // publicly known value, so anyone who can reach kolo's ports can join the

@@ -1,0 +1,71 @@
+#include "runtime/exit_guard.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include "runtime/runtime_impl.h"
+
+namespace kolo {
+namespace {
+
+// Process-wide by nature (exit is); leaked so that it outlives every static
+// destructor.
+struct Registry {
+  std::mutex mu;
+  std::vector<std::weak_ptr<RuntimeImpl>> live;  // guarded by mu
+  std::once_flag installed;
+};
+
+Registry& TheRegistry() {
+  static Registry* registry = new Registry;
+  return *registry;
+}
+
+void StopLiveRuntimes() {
+  std::vector<std::shared_ptr<RuntimeImpl>> live;
+  {
+    Registry& r = TheRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const std::weak_ptr<RuntimeImpl>& weak : r.live) {
+      if (std::shared_ptr<RuntimeImpl> runtime = weak.lock()) {
+        live.push_back(std::move(runtime));
+      }
+    }
+    r.live.clear();
+  }
+  for (const std::shared_ptr<RuntimeImpl>& runtime : live) {
+    runtime->StopForExit();
+  }
+  // Not destroyed: the process is ending, and a destructor would only touch
+  // more of what exit() is tearing down.
+  new std::vector<std::shared_ptr<RuntimeImpl>>(std::move(live));
+}
+
+}  // namespace
+
+void StopAtExit(const std::shared_ptr<RuntimeImpl>& runtime) {
+  Registry& r = TheRegistry();
+  std::call_once(r.installed, [] { std::atexit(StopLiveRuntimes); });
+  std::lock_guard<std::mutex> lock(r.mu);
+  // Drops the entries of runtimes already gone while at it.
+  std::vector<std::weak_ptr<RuntimeImpl>> kept;
+  for (std::weak_ptr<RuntimeImpl>& weak : r.live) {
+    if (!weak.expired()) kept.push_back(std::move(weak));
+  }
+  kept.push_back(runtime);
+  r.live = std::move(kept);
+}
+
+void ForgetAtExit(const RuntimeImpl* runtime) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::weak_ptr<RuntimeImpl>> kept;
+  for (std::weak_ptr<RuntimeImpl>& weak : r.live) {
+    std::shared_ptr<RuntimeImpl> held = weak.lock();
+    if (held && held.get() != runtime) kept.push_back(std::move(weak));
+  }
+  r.live = std::move(kept);
+}
+
+}  // namespace kolo

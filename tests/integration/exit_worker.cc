@@ -1,0 +1,72 @@
+// A worker that returns from main after a kolo error, without shutting its
+// runtime down (Note [Runtimes at exit] in runtime/exit_guard.h): the
+// process must end with its own exit code, 3, never a crash from a kolo
+// thread still running while exit() tears the process down.
+//
+//   exit_worker leaked|static|local
+// leaked: the runtime is held as the frontends hold their default instance
+// (never destroyed); static: by a global destroyed at exit; local: by main.
+// Every rank submits "exit/mismatch" with a shape of its own, so every rank
+// gets an InvalidArgument error naming the shapes.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kolo/runtime.h"
+
+namespace {
+
+std::unique_ptr<kolo::Runtime> g_static_runtime;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string holder = argc > 1 ? argv[1] : "leaked";
+  auto options = kolo::Runtime::OptionsFromEnvironment();
+  if (!options.ok()) {
+    std::fprintf(stderr, "options: %s\n",
+                 std::string(options.status().message()).c_str());
+    return 1;
+  }
+  auto created = kolo::Runtime::Create(*options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "init: %s\n",
+                 std::string(created.status().message()).c_str());
+    return 1;
+  }
+  std::unique_ptr<kolo::Runtime> local;
+  kolo::Runtime* runtime = created->get();
+  if (holder == "leaked") {
+    created->release();
+  } else if (holder == "static") {
+    g_static_runtime = std::move(*created);
+  } else {
+    local = std::move(*created);
+  }
+  // Keeps the control channel busy (request and response lists, every one
+  // MAC'd) while main returns.
+  std::thread([runtime] {
+    std::vector<float> busy(16, 1.0f);
+    for (;;) {
+      kolo::AllreduceRequest r;
+      r.name = "exit/busy";
+      r.input = r.output =
+          kolo::TensorView(busy.data(), kolo::DataType::kFloat32, {16});
+      auto w = runtime->Allreduce(r);
+      if (!w.ok() || !w->Wait().ok()) return;
+    }
+  }).detach();
+  std::vector<float> data(options->rank + 1, 1.0f);
+  kolo::AllreduceRequest request;
+  request.name = "exit/mismatch";
+  request.input = request.output =
+      kolo::TensorView(data.data(), kolo::DataType::kFloat32,
+                       {static_cast<int64_t>(data.size())});
+  auto work = runtime->Allreduce(request);
+  const absl::Status status = work.ok() ? work->Wait() : work.status();
+  std::printf("rank %d: %s\n", options->rank, status.ToString().c_str());
+  std::fflush(stdout);
+  return status.ok() ? 1 : 3;
+}
