@@ -267,8 +267,10 @@ std::string SecretOf(pid_t pid) {
   std::ifstream env("/proc/" + std::to_string(pid) + "/environ");
   std::string entry;
   while (std::getline(env, entry, '\0')) {
-    if (entry.rfind("KOLO_SECRET_FILE=", 0) == 0) {
-      std::ifstream file(entry.substr(17));
+    if (entry.rfind("KOLO_SECRET_FD=", 0) == 0) {
+      // The worker's inherited memory file (Note [Secret without a file]).
+      std::ifstream file("/proc/" + std::to_string(pid) + "/fd/" +
+                         entry.substr(15));
       std::string secret;
       file >> secret;
       return secret;

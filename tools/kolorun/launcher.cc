@@ -583,13 +583,18 @@ void Launcher::CheckEarlyExits() {
 
 void Launcher::OnStartDeadline() {
   start_deadline_ = absl::InfiniteFuture();
-  std::vector<int> missing, waiting;
+  // missing: never reached the store; stuck: reached it, not joined;
+  // waiting: every rank that reached it (joined or not).
+  std::vector<int> missing, stuck, waiting;
   for (const Worker& worker : workers_) {
     const int rank = worker.placement.rank;
-    if (RankSet("ready", rank)) continue;
-    (RankSet("claim", rank) ? waiting : missing).push_back(rank);
+    const bool ready = RankSet("ready", rank);
+    const bool claimed = ready || RankSet("claim", rank);
+    if (claimed) waiting.push_back(rank);
+    if (!claimed) missing.push_back(rank);
+    if (claimed && !ready) stuck.push_back(rank);
   }
-  if (missing.empty() && waiting.empty()) {
+  if (missing.empty() && stuck.empty()) {
     if (options_.verbose) {
       Log(absl::StrCat("kolorun: all ", workers_.size(), " ranks joined"));
     }
@@ -598,7 +603,7 @@ void Launcher::OnStartDeadline() {
   const std::string timeout =
       absl::StrCat(FormatSeconds(options_.start_timeout), " s (start timeout)");
   if (missing.empty()) {
-    Fail(absl::StrCat("kolorun: ", RankList(waiting),
+    Fail(absl::StrCat("kolorun: ", RankList(stuck),
                       " reached the rendezvous store but did not finish "
                       "joining within ",
                       timeout),

@@ -93,9 +93,9 @@ constexpr char kReport[] =
     "iface=${KOLO_IFACE-unset} level=${KOLO_LOG_LEVEL-unset} "
     "start=$KOLO_START_TIMEOUT foo=${FOO-unset} keep=${KEEP-unset} "
     "other=${OTHER-unset} user=${USER-unset} omp=$OMP_NUM_THREADS "
-    "pwd=$(pwd) mode=$(stat -c %a \"$KOLO_SECRET_FILE\") "
-    "file=$KOLO_SECRET_FILE secret=$(cat \"$KOLO_SECRET_FILE\") "
-    "env_secret=${KOLO_SECRET-unset} ]\"";
+    "pwd=$(pwd) target=$(readlink /proc/self/fd/$KOLO_SECRET_FD | tr ' ' _) "
+    "secret=$(cat /proc/self/fd/$KOLO_SECRET_FD) "
+    "env_secret=${KOLO_SECRET-unset} env_file=${KOLO_SECRET_FILE-unset} ]\"";
 
 TEST_F(KolorunRemoteTest, RemoteRanksGetPlacementAndTheForwardedEnvironment) {
   const Result r = RunRemote(
@@ -130,7 +130,7 @@ TEST_F(KolorunRemoteTest, RemoteRanksGetPlacementAndTheForwardedEnvironment) {
   ASSERT_EQ(lines.size(), 4u) << r.out;
   char cwd[4096];
   ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
-  std::set<std::string> secrets, files;
+  std::set<std::string> secrets;
   for (const std::string& line : lines) {
     int rank = -1;
     ASSERT_TRUE(absl::SimpleAtoi(Field(line, "rank"), &rank)) << line;
@@ -149,18 +149,17 @@ TEST_F(KolorunRemoteTest, RemoteRanksGetPlacementAndTheForwardedEnvironment) {
     EXPECT_EQ(Field(line, "omp"), absl::StrCat(std::max(1, Cpus() / 2)))
         << line;
     EXPECT_EQ(Field(line, "pwd"), cwd) << line;
-    EXPECT_EQ(Field(line, "mode"), "600") << line;
+    // Each guard puts the secret in a memory file of its own (Note [Secret
+    // without a file]): nothing on the remote host's disk either.
+    EXPECT_EQ(Field(line, "target"), "/memfd:kolo-secret_(deleted)") << line;
     EXPECT_EQ(Field(line, "env_secret"), "unset") << line;
-    EXPECT_TRUE(absl::StartsWith(Field(line, "file"), secret_dir_ + "/"))
-        << line;
+    EXPECT_EQ(Field(line, "env_file"), "unset") << line;
     secrets.insert(Field(line, "secret"));
-    files.insert(Field(line, "file"));
   }
   ASSERT_EQ(secrets.size(), 1u) << r.out;
   const std::string secret = *secrets.begin();
   EXPECT_EQ(secret.size(), 64u);
-  EXPECT_EQ(files.size(), 4u) << "each guard writes its own secret file";
-  EXPECT_TRUE(SecretDirEntries().empty()) << "secret files left behind";
+  EXPECT_TRUE(SecretDirEntries().empty()) << "secret files on disk";
 
   const auto calls = SshInvocations();
   ASSERT_EQ(calls.size(), 4u);
@@ -295,15 +294,15 @@ TEST_F(KolorunRemoteTest, StartTimeoutNamesRemoteRanksWithTheirHosts) {
   EXPECT_EQ(r.exit_code(), 1);
   EXPECT_TRUE(absl::StrContains(
       r.err,
-      "kolorun: ranks [0 on localhost, 1 on 203.0.113.1] did not join "
-      "within 1 s (start timeout)\n"))
+      "kolorun: ranks [0 on localhost, 1 on 203.0.113.1] did not reach the "
+      "rendezvous store within 1 s (start timeout)\n"))
       << r.err;
 }
 
 constexpr char kReadyIgnoringTerm[] =
     "trap '' TERM; echo $$ > \"$SCRATCH/pid.$KOLO_RANK.tmp\"; "
     "mv \"$SCRATCH/pid.$KOLO_RANK.tmp\" \"$SCRATCH/pid.$KOLO_RANK\"; "
-    "cat \"$KOLO_SECRET_FILE\"; echo; echo ready; exec sleep 1000";
+    "cat /proc/self/fd/$KOLO_SECRET_FD; echo; echo ready; exec sleep 1000";
 
 TEST_F(KolorunRemoteTest, SigintEndsRemoteRanksAfterTheGracePeriod) {
   Kolorun kolorun({"-np", "2", "-H", "203.0.113.1:2", "--network-interface",

@@ -171,33 +171,30 @@ TEST_F(KolorunTest, BindsEachRankToItsShareOfTheCpus) {
   for (const auto& [rank, list] : cpus) EXPECT_EQ(list, all) << rank;
 }
 
-TEST_F(KolorunTest, SecretFileIsPrivateAndRemovedAndNeverPrinted) {
+TEST_F(KolorunTest, SecretIsInAnInheritedMemoryFileAndNeverPrinted) {
   const Result r =
       Run({"--verbose", "-np", "2", "sh", "-c",
-           "f=\"$KOLO_SECRET_FILE\"; s=$(cat \"$f\"); "
-           "echo \"mode=$(stat -c %a \"$f\") dir=$(dirname \"$f\")\"; "
+           "f=/proc/self/fd/$KOLO_SECRET_FD; s=$(cat \"$f\"); "
+           "echo \"target=$(readlink \"$f\")\"; "
            "echo \"secret=$s\"; echo \"in_env=$(env | grep -c -F \"$s\")\"; "
-           "echo \"path=$f\"; echo \"port=$KOLO_RENDEZVOUS_PORT\""});
+           "echo \"port=$KOLO_RENDEZVOUS_PORT\""});
   ASSERT_EQ(r.exit_code(), 0) << r.err;
-  EXPECT_EQ(CountOf(r.out, absl::StrCat("mode=600 dir=", secret_dir_, "\n")), 2)
+  // Note [Secret without a file]: nothing on disk at any time.
+  EXPECT_EQ(CountOf(r.out, "target=/memfd:kolo-secret (deleted)\n"), 2)
       << r.out;
   EXPECT_EQ(CountOf(r.out, "in_env=0\n"), 2) << r.out;
 
-  std::set<std::string> secrets, paths;
+  std::set<std::string> secrets;
   int port = -1;
   for (const std::string& line : Lines(r.out)) {
     const std::string body = line.substr(line.find("] ") + 2);
     if (absl::StartsWith(body, "secret=")) secrets.insert(body.substr(7));
-    if (absl::StartsWith(body, "path=")) paths.insert(body.substr(5));
     if (absl::StartsWith(body, "port=")) port = PortOf(body);
   }
   ASSERT_EQ(secrets.size(), 1u) << r.out;
   const std::string secret = *secrets.begin();
   EXPECT_EQ(secret.size(), 64u) << secret;
   EXPECT_FALSE(absl::StrContains(r.err, secret)) << "the secret is in the log";
-  ASSERT_EQ(paths.size(), 1u) << r.out;
-  struct stat st;
-  EXPECT_NE(stat(paths.begin()->c_str(), &st), 0) << "secret file left behind";
   EXPECT_TRUE(SecretDirEntries().empty());
 
   // --verbose: the command, N, the placement and the port.
@@ -211,8 +208,8 @@ TEST_F(KolorunTest, SecretFileIsPrivateAndRemovedAndNeverPrinted) {
 }
 
 TEST_F(KolorunTest, EachRunHasAFreshSecret) {
-  const std::vector<std::string> args = {"-np", "1", "sh", "-c",
-                                         "cat \"$KOLO_SECRET_FILE\""};
+  const std::vector<std::string> args = {
+      "-np", "1", "sh", "-c", "cat /proc/self/fd/$KOLO_SECRET_FD"};
   const Result first = Run(args);
   const Result second = Run(args);
   ASSERT_EQ(first.exit_code(), 0) << first.err;
@@ -405,7 +402,8 @@ TEST_F(KolorunTest, StartTimeoutNamesEveryMissingRank) {
   EXPECT_NE(r.exit_code(), 0);
   EXPECT_TRUE(absl::StrContains(
       r.err,
-      "kolorun: ranks [0, 1, 2] did not join within 1 s (start timeout)\n"))
+      "kolorun: ranks [0, 1, 2] did not reach the rendezvous store within 1 "
+      "s (start timeout)\n"))
       << r.err;
 }
 
@@ -418,7 +416,9 @@ TEST_F(KolorunTest, StartTimeoutNamesOnlyTheRanksThatDidNotJoin) {
            "esac; exec sleep 1000"});
   EXPECT_NE(r.exit_code(), 0);
   EXPECT_TRUE(absl::StrContains(
-      r.err, "kolorun: ranks [2, 3] did not join within 5 s (start timeout)\n"))
+      r.err,
+      "kolorun: ranks [2, 3] did not reach the rendezvous store within 5 s "
+      "(start timeout); ranks [0, 1] were waiting for them\n"))
       << r.err;
 }
 
@@ -431,7 +431,7 @@ TEST_F(KolorunTest, JobWhoseRanksJoinedOutlivesTheStartTimeout) {
   ASSERT_EQ(kill(kolorun.pid(), SIGTERM), 0);
   const Result r = kolorun.Wait();
   EXPECT_EQ(r.exit_code(), 143) << r.err;
-  EXPECT_FALSE(absl::StrContains(r.err, "did not join")) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.err, "did not reach")) << r.err;
 }
 
 TEST_F(KolorunTest, UsageErrorsExitTwoAndStartNothing) {

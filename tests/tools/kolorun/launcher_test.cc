@@ -16,12 +16,13 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tools/kolorun/args.h"
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/output.h"
 #include "tools/kolorun/process.h"
-#include "tools/kolorun/secret_file.h"
+#include "tools/kolorun/secret_fd.h"
 
 namespace kolo {
 namespace kolorun {
@@ -39,7 +40,7 @@ int CountName(const std::vector<std::string>& env, const std::string& name) {
 
 // Rank `rank` of `size`, `local_size` per host.
 RankEndpoint Endpoint(int rank, int local_size, int hosts, int port,
-                      const std::string& secret_path) {
+                      int secret_fd) {
   RankEndpoint e;
   e.placement.rank = rank;
   e.placement.local_rank = rank % local_size;
@@ -48,7 +49,7 @@ RankEndpoint Endpoint(int rank, int local_size, int hosts, int port,
   e.placement.cross_size = hosts;
   e.store_addr = hosts > 1 ? "10.0.0.1" : "127.0.0.1";
   e.store_port = port;
-  e.secret_path = secret_path;
+  e.secret_fd = secret_fd;
   return e;
 }
 
@@ -58,16 +59,20 @@ TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
   options.start_timeout = absl::Milliseconds(2500);
   const std::vector<std::string> env =
       WorkerEnvironment({"PATH=/bin", "HOME=/root"}, options,
-                        Endpoint(2, 4, 1, 4242, "/tmp/kolo-secret-x"), 16);
+                        Endpoint(2, 4, 1, 4242, 7), 16);
   for (const char* entry :
        {"PATH=/bin", "HOME=/root", "KOLO_RANK=2", "KOLO_SIZE=4",
         "KOLO_LOCAL_RANK=2", "KOLO_LOCAL_SIZE=4", "KOLO_CROSS_RANK=0",
         "KOLO_CROSS_SIZE=1", "KOLO_RENDEZVOUS_ADDR=127.0.0.1",
-        "KOLO_RENDEZVOUS_PORT=4242", "KOLO_SECRET_FILE=/tmp/kolo-secret-x",
-        "KOLO_START_TIMEOUT=2.5", "OMP_NUM_THREADS=4"}) {
+        "KOLO_RENDEZVOUS_PORT=4242", "KOLO_SECRET_FD=7",
+        "KOLO_LAUNCHER=kolorun", "KOLO_START_TIMEOUT=2.5", "OMP_NUM_THREADS=4",
+        // As horovodrun exports them.
+        "HOROVOD_RANK=2", "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=2",
+        "HOROVOD_LOCAL_SIZE=4", "HOROVOD_CROSS_RANK=0",
+        "HOROVOD_CROSS_SIZE=1"}) {
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
-  EXPECT_EQ(env.size(), 13u);
+  EXPECT_EQ(env.size(), 20u);
 }
 
 TEST(WorkerEnvironmentTest, PlacementOnSeveralHosts) {
@@ -77,12 +82,13 @@ TEST(WorkerEnvironmentTest, PlacementOnSeveralHosts) {
   options.log_level = "debug";
   // Rank 5 of 6, 3 per host: host 1 of 2, local rank 2 of 3.
   const std::vector<std::string> env =
-      WorkerEnvironment({}, options, Endpoint(5, 3, 2, 7, "/s"), 12);
+      WorkerEnvironment({}, options, Endpoint(5, 3, 2, 7, 3), 12);
   for (const char* entry :
        {"KOLO_RANK=5", "KOLO_SIZE=6", "KOLO_LOCAL_RANK=2", "KOLO_LOCAL_SIZE=3",
         "KOLO_CROSS_RANK=1", "KOLO_CROSS_SIZE=2",
         "KOLO_RENDEZVOUS_ADDR=10.0.0.1", "KOLO_IFACE=eth1",
-        "KOLO_LOG_LEVEL=debug",
+        "KOLO_LOG_LEVEL=debug", "HOROVOD_RANK=5", "HOROVOD_LOCAL_RANK=2",
+        "HOROVOD_LOCAL_SIZE=3", "HOROVOD_CROSS_RANK=1", "HOROVOD_CROSS_SIZE=2",
         "OMP_NUM_THREADS=4"}) {  // 12 CPUs / 3 workers on this host.
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
@@ -93,12 +99,17 @@ TEST(WorkerEnvironmentTest, ReplacesInheritedJobVariablesAndDropsTheSecret) {
   options.num_proc = 2;
   const std::vector<std::string> env = WorkerEnvironment(
       {"KOLO_RANK=9", "KOLO_SECRET=abc", "KOLO_SECRET_FILE=/elsewhere",
-       "KOLO_RENDEZVOUS_PORT=1", "KOLO_OP_TIMEOUT=30"},
-      options, Endpoint(1, 2, 1, 5000, "/tmp/s"), 1);
+       "KOLO_SECRET_FD=99", "KOLO_RENDEZVOUS_PORT=1", "KOLO_OP_TIMEOUT=30",
+       "HOROVOD_RANK=7"},
+      options, Endpoint(1, 2, 1, 5000, 4), 1);
   EXPECT_EQ(CountName(env, "KOLO_SECRET"), 0);
+  EXPECT_EQ(CountName(env, "KOLO_SECRET_FILE"), 0);
+  EXPECT_EQ(CountName(env, "KOLO_SECRET_FD"), 1);
+  EXPECT_TRUE(Has(env, "KOLO_SECRET_FD=4"));
+  EXPECT_EQ(CountName(env, "HOROVOD_RANK"), 1);
+  EXPECT_TRUE(Has(env, "HOROVOD_RANK=1"));
   EXPECT_EQ(CountName(env, "KOLO_RANK"), 1);
   EXPECT_TRUE(Has(env, "KOLO_RANK=1"));
-  EXPECT_TRUE(Has(env, "KOLO_SECRET_FILE=/tmp/s"));
   EXPECT_TRUE(Has(env, "KOLO_RENDEZVOUS_PORT=5000"));
   EXPECT_TRUE(Has(env, "KOLO_OP_TIMEOUT=30"));  // Not kolorun's business.
   EXPECT_TRUE(Has(env, "OMP_NUM_THREADS=1"));   // max(1, 1 / 2)
@@ -110,7 +121,7 @@ TEST(WorkerEnvironmentTest, KeepsStartTimeoutAndOmpThreadsAlreadySet) {
   options.num_proc = 2;
   const std::vector<std::string> env =
       WorkerEnvironment({"KOLO_START_TIMEOUT=7", "OMP_NUM_THREADS=3"}, options,
-                        Endpoint(0, 2, 1, 1, "/s"), 64);
+                        Endpoint(0, 2, 1, 1, 3), 64);
   EXPECT_TRUE(Has(env, "KOLO_START_TIMEOUT=7"));
   EXPECT_TRUE(Has(env, "OMP_NUM_THREADS=3"));
   EXPECT_EQ(CountName(env, "KOLO_START_TIMEOUT"), 1);
@@ -127,7 +138,7 @@ TEST(WorkerEnvironmentTest, ForwardedVariablesWinOnce) {
                        {"OMP_NUM_THREADS", true, "5"},
                        {"NOT_SET_ANYWHERE", false, ""}};
   const std::vector<std::string> env = WorkerEnvironment(
-      {"HOME=/home/me", "FOO=old"}, options, Endpoint(0, 1, 1, 1, "/s"), 8);
+      {"HOME=/home/me", "FOO=old"}, options, Endpoint(0, 1, 1, 1, 3), 8);
   EXPECT_TRUE(Has(env, "FOO=bar"));
   EXPECT_EQ(CountName(env, "FOO"), 1);
   EXPECT_TRUE(Has(env, "HOME=/home/me"));
@@ -147,23 +158,26 @@ TEST(RemoteWorkerEnvironmentTest, ForwardsTheDocumentedVariablesOnly) {
   const std::vector<std::string> env = RemoteWorkerEnvironment(
       {"PATH=/opt/bin:/usr/bin", "LD_LIBRARY_PATH=/opt/lib", "HOME=/root",
        "SSH_AUTH_SOCK=/tmp/agent", "KOLO_OP_TIMEOUT=30", "KOLO_SECRET=abc",
-       "KOLO_SECRET_FILE=/here/only", "CUDA_VISIBLE_DEVICES=1",
-       "PYTHONPATH=/p"},
-      options, Endpoint(3, 2, 2, 999, "/tmp/kolo-secret-local"));
+       "KOLO_SECRET_FILE=/here/only", "KOLO_SECRET_FD=5",
+       "CUDA_VISIBLE_DEVICES=1", "PYTHONPATH=/p"},
+      options, Endpoint(3, 2, 2, 999, 6));
   for (const char* entry :
        {"PATH=/opt/bin:/usr/bin", "LD_LIBRARY_PATH=/opt/lib",
         "KOLO_OP_TIMEOUT=30", "CUDA_VISIBLE_DEVICES=1", "MY_SETTING=on",
         "KOLO_RANK=3", "KOLO_SIZE=4", "KOLO_LOCAL_RANK=1", "KOLO_LOCAL_SIZE=2",
         "KOLO_CROSS_RANK=1", "KOLO_CROSS_SIZE=2",
         "KOLO_RENDEZVOUS_ADDR=10.0.0.1", "KOLO_RENDEZVOUS_PORT=999",
-        "KOLO_START_TIMEOUT=60"}) {
+        "KOLO_START_TIMEOUT=60", "KOLO_LAUNCHER=kolorun", "HOROVOD_RANK=3",
+        "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=1", "HOROVOD_LOCAL_SIZE=2",
+        "HOROVOD_CROSS_RANK=1", "HOROVOD_CROSS_SIZE=2"}) {
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
-  EXPECT_EQ(env.size(), 14u);
-  // The guard writes the secret file on the remote host; the login
+  EXPECT_EQ(env.size(), 21u);
+  // The guard makes the secret's descriptor on the remote host; the login
   // environment there provides HOME; OMP_NUM_THREADS follows the remote
   // host's CPUs.
-  for (const char* name : {"KOLO_SECRET", "KOLO_SECRET_FILE", "HOME",
+  for (const char* name : {"KOLO_SECRET", "KOLO_SECRET_FILE", "KOLO_SECRET_FD",
+                           "HOME",
                            "SSH_AUTH_SOCK", "PYTHONPATH", "OMP_NUM_THREADS"}) {
     EXPECT_EQ(CountName(env, name), 0) << name;
   }
@@ -270,27 +284,73 @@ TEST(LineForwarderTest, SplitsOverlongLines) {
   EXPECT_TRUE(absl::StartsWith(out, "[1] zzz"));
 }
 
-TEST(SecretFileTest, PrivateFileRemovedOnDestruction) {
-  std::string path;
-  {
-    auto file = SecretFile::Create("0123abcd");
-    ASSERT_TRUE(file.ok()) << file.status();
-    path = (*file)->path();
-    struct stat st;
-    ASSERT_EQ(stat(path.c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0600u);
-    std::ifstream in(path);
-    std::string content;
-    in >> content;
-    EXPECT_EQ(content, "0123abcd");
-    const char* tmpdir = getenv("TMPDIR");
-    if (tmpdir && *tmpdir) {
-      EXPECT_TRUE(absl::StartsWith(path, std::string(tmpdir) + "/kolo-secret-"))
-          << path;
-    }
+TEST(SecretDescriptorTest, SealedMemoryFileReadableAgainAndClosedOnExec) {
+  auto secret = SecretDescriptor::Create("0123abcd0123abcd");
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  const int fd = (*secret)->fd();
+  char buffer[64];
+  for (int read_again = 0; read_again < 2; ++read_again) {
+    const ssize_t n = pread(fd, buffer, sizeof(buffer), 0);
+    ASSERT_EQ(n, 16);
+    EXPECT_EQ(std::string(buffer, n), "0123abcd0123abcd");
   }
-  struct stat st;
-  EXPECT_NE(stat(path.c_str(), &st), 0);
+  // Sealed: nobody can change it, not even through this descriptor.
+  EXPECT_LT(pwrite(fd, "x", 1, 0), 0);
+  EXPECT_LT(ftruncate(fd, 0), 0);
+  // Close-on-exec in kolorun; SpawnWorker clears it in the child only.
+  EXPECT_TRUE(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+  // Nothing on disk: the descriptor's target is an anonymous memory file.
+  char target[256] = {};
+  ASSERT_GT(readlink(absl::StrCat("/proc/self/fd/", fd).c_str(), target,
+                     sizeof(target) - 1),
+            0);
+  EXPECT_TRUE(absl::StartsWith(target, "/memfd:kolo-secret")) << target;
+}
+
+JobPlan LocalPlan(int workers) {
+  JobPlan plan;
+  plan.ranks.resize(workers);
+  return plan;
+}
+
+TEST(CheckResourcesTest, RefusesMoreWorkersThanDescriptors) {
+  LaunchOptions options;
+  options.num_proc = 100000;
+  ResourceLimits limits;
+  limits.descriptors = 1024;
+  const absl::Status s = CheckResources(options, LocalPlan(100000), limits);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "-np 100000")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "file descriptors")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "1024 (ulimit -n)")) << s;
+  limits.descriptors = 1 << 20;
+  EXPECT_TRUE(CheckResources(options, LocalPlan(100000), limits).ok());
+}
+
+TEST(CheckResourcesTest, RefusesMoreWorkersThanProcessesLeft) {
+  LaunchOptions options;
+  options.num_proc = 1000;
+  ResourceLimits limits;
+  limits.descriptors = 1 << 20;
+  limits.processes = 600;
+  limits.processes_source = "pids.max=600 of the cgroup /sys/fs/cgroup/job";
+  const absl::Status s = CheckResources(options, LocalPlan(1000), limits);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "600 more may start here")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "pids.max=600")) << s;
+  options.num_proc = 4;
+  EXPECT_TRUE(CheckResources(options, LocalPlan(4), limits).ok());
+  limits.processes = -1;  // No limit found.
+  options.num_proc = 1000;
+  EXPECT_TRUE(CheckResources(options, LocalPlan(1000), limits).ok());
+}
+
+TEST(CheckResourcesTest, ThisMachineStartsASmallJob) {
+  LaunchOptions options;
+  options.num_proc = 2;
+  const ResourceLimits limits = ReadResourceLimits();
+  EXPECT_GE(limits.descriptors, 64);
+  EXPECT_TRUE(CheckResources(options, LocalPlan(2), limits).ok());
 }
 
 }  // namespace

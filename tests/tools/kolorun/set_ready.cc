@@ -1,6 +1,8 @@
 // Test worker helper: joins the rendezvous of the job kolorun started (from
-// KOLO_RENDEZVOUS_ADDR/PORT, KOLO_SECRET_FILE, KOLO_RANK) and sets
+// KOLO_RENDEZVOUS_ADDR/PORT, KOLO_SECRET_FD, KOLO_RANK) and sets
 // kolo/ready/<rank>, as the runtime does at the end of its initialisation.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -21,12 +23,17 @@ std::string Env(const char* name) {
 }  // namespace
 
 int main() {
-  std::ifstream file(Env("KOLO_SECRET_FILE"));
-  std::stringstream secret;
-  secret << file.rdbuf();
+  char buffer[256];
+  const ssize_t n =
+      pread(std::atoi(Env("KOLO_SECRET_FD").c_str()), buffer, sizeof(buffer), 0);
+  if (n <= 0) {
+    std::fprintf(stderr, "set_ready: cannot read KOLO_SECRET_FD\n");
+    return 1;
+  }
+  const std::string secret(buffer, static_cast<size_t>(n));
   auto store = kolo::rendezvous::ConnectTcpStore(
       Env("KOLO_RENDEZVOUS_ADDR"),
-      std::atoi(Env("KOLO_RENDEZVOUS_PORT").c_str()), secret.str(),
+      std::atoi(Env("KOLO_RENDEZVOUS_PORT").c_str()), secret,
       absl::Seconds(30));
   if (!store.ok()) {
     std::fprintf(stderr, "set_ready: %s\n",
