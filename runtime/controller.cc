@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "runtime/format.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -270,7 +271,7 @@ void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
     if (now - it->second.first_seen < op_timeout) continue;
     FailPending(
         it->first, it->second, absl::StatusCode::kDeadlineExceeded,
-        absl::StrCat("timed out after ", absl::FormatDuration(op_timeout),
+        absl::StrCat("timed out after ", FormatSeconds(op_timeout),
                      " (KOLO_OP_TIMEOUT) waiting for ",
                      RanksWhere(it->second, /*submitted=*/false),
                      " to submit it"),
@@ -309,7 +310,7 @@ std::optional<std::string> Coordinator::StalledPast(absl::Duration shutdown_time
     const Pending& p = pending_.find(name)->second;
     if (now - p.first_seen >= shutdown_time) {
       return absl::StrCat(
-          "stalled: \"", name, "\" waited ", absl::FormatDuration(now - p.first_seen),
+          "stalled: \"", name, "\" waited ", FormatSeconds(now - p.first_seen),
           " (KOLO_STALL_SHUTDOWN_TIME) for ", RanksWhere(p, false),
           " to submit it (submitted by ", RanksWhere(p, true), ")");
     }

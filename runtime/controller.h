@@ -110,6 +110,8 @@ class Coordinator {
   bool AllShutdown() const {
     return static_cast<int>(shutdown_.size()) == size_;
   }
+  // Set ranks that asked to shut down, ascending.
+  const std::set<int>& ShutdownRanks() const { return shutdown_; }
   int size() const { return size_; }
   // The coordinator's copy of the set's response cache.
   ResponseCache& cache() { return cache_; }

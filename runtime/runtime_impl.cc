@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "runtime/format.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -513,6 +514,11 @@ void RuntimeImpl::BackgroundLoop() {
           }
           ExecuteList(*set, list, /*sent_here=*/false);
           if (list.shutdown()) done = true;
+        } else if (!coordinator && event.message.has_shutdown_waiting()) {
+          const auto& ranks = event.message.shutdown_waiting().ranks();
+          std::lock_guard<std::mutex> lock(state_mu_);
+          shutdown_waiting_.assign(ranks.begin(), ranks.end());
+          shutdown_waiting_known_ = true;
         }
         if (!fatal_status().ok()) break;
       }
@@ -634,6 +640,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
   // The global set goes last: at shutdown its list is the final one.
   std::rotate(sets.begin(), sets.begin() + 1, sets.end());
   const bool all_shutdown = sets.back()->coordinator->AllShutdown();
+  ReportShutdownWaiting(*sets.back()->coordinator);
   for (auto& set : sets) {
     Coordinator& c = *set->coordinator;
     c.ExpireOlderThan(options_.op_timeout, now);
@@ -642,7 +649,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
         logger_.Warning(absl::StrCat(
             "stalled collectives", set->id ? absl::StrCat(" in process set ", set->id) : "",
             ": ", line, " not submitted after ",
-            absl::FormatDuration(options_.stall_check_time)));
+            FormatSeconds(options_.stall_check_time)));
       }
       *next_wakeup = std::min(*next_wakeup, c.NextStallCheck(options_.stall_check_time));
     }
@@ -680,6 +687,25 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     *next_wakeup =
         std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
   }
+}
+
+void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
+  const std::set<int>& asked = global.ShutdownRanks();
+  if (asked.empty()) return;
+  std::vector<int> waiting;
+  for (int r = 0; r < global.size(); ++r) {
+    if (!asked.count(r)) waiting.push_back(r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (shutdown_waiting_known_ && shutdown_waiting_ == waiting) return;
+    shutdown_waiting_ = waiting;
+    shutdown_waiting_known_ = true;
+  }
+  if (!control_ || waiting.empty()) return;  // Empty: the final list says it.
+  wire::ControlMessage message;
+  for (int r : waiting) message.mutable_shutdown_waiting()->add_ranks(r);
+  control_->Broadcast(message).IgnoreError();  // A lost rank is reported anyway.
 }
 
 void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list) {
@@ -838,7 +864,7 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   absl::Status result;
   if (!queue_.WaitDrained(deadline)) {
     result = absl::AbortedError(
-        absl::StrCat("Shutdown timed out after ", absl::FormatDuration(timeout),
+        absl::StrCat("Shutdown timed out after ", FormatSeconds(timeout),
                      " with work pending"));
     queue_.Close(result);
   }
@@ -846,9 +872,19 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   Notify();
   // The loop ends once every rank has asked to shut down.
   if (!StopLoop(deadline)) {
-    Fatal(absl::DeadlineExceededError(absl::StrCat(
-        "Shutdown timed out after ", absl::FormatDuration(timeout),
-        " waiting for the other ranks to shut down")));
+    std::string waiting_for = "the other ranks";
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
+        waiting_for = absl::StrCat(
+            shutdown_waiting_.size() == 1 ? "rank " : "ranks ",
+            absl::StrJoin(shutdown_waiting_, ", "),
+            " (which never called Shutdown)");
+      }
+    }
+    Fatal(absl::DeadlineExceededError(
+        absl::StrCat("Shutdown timed out after ", FormatSeconds(timeout),
+                     " waiting for ", waiting_for, " to shut down")));
     StopLoop(absl::Now() + absl::Milliseconds(100));
   }
   timeline_.Stop();

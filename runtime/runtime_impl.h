@@ -108,6 +108,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void SendRequests(absl::Time now);
   void CoordinatorStep(absl::Time now, absl::Time* next_wakeup, bool* done);
   void SendList(ProcessSetState& set, const wire::ResponseList& list);
+  // Coordinator: tells every rank which ranks it still waits for at
+  // shutdown, when that changed.
+  void ReportShutdownWaiting(const Coordinator& global);
   void ExecuteList(ProcessSetState& set, const wire::ResponseList& list,
                    bool sent_here);
   void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
@@ -157,6 +160,11 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::condition_variable state_cv_;
   absl::Status fatal_;         // guarded by state_mu_
   bool loop_done_ = false;     // guarded by state_mu_
+  // Ranks that have not asked to shut down although some have, as the
+  // coordinator last said (wire::ShutdownWaiting); for Shutdown()'s
+  // timeout message.
+  std::vector<int> shutdown_waiting_;    // guarded by state_mu_
+  bool shutdown_waiting_known_ = false;  // guarded by state_mu_
   std::atomic<bool> accepting_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};

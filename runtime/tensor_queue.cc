@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/format.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/controller.h"
 
@@ -140,7 +141,7 @@ absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
       e->Complete(absl::DeadlineExceededError(absl::StrCat(
           CollectiveName(e->request.type()), " \"", e->request.name(),
           "\": no response from the coordinator within ",
-          absl::FormatDuration(op_timeout),
+          FormatSeconds(op_timeout),
           " (KOLO_OP_TIMEOUT); is rank 0 alive and reachable?")));
     }
   }

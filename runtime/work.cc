@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/format.h"
 #include "absl/time/clock.h"
 #include "runtime/sync/wakeup.h"
 
@@ -93,7 +94,7 @@ absl::Status WorkState::WaitBlocking(absl::Duration remaining,
   --blocked_;
   if (!done) {
     return absl::DeadlineExceededError(
-        "Work::Wait timed out after " + absl::FormatDuration(timeout) +
+        "Work::Wait timed out after " + FormatSeconds(timeout) +
         "; the collective is still pending");
   }
   return status_;

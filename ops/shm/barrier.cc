@@ -11,6 +11,7 @@
 #include <climits>
 #include <vector>
 
+#include "runtime/format.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -110,7 +111,7 @@ absl::Status ShmBarrier::AbortedError(const char* what,
         "shm ", what, ": ", MissingRanks(),
         " did not arrive within the op "
         "timeout (",
-        absl::FormatDuration(op_timeout), ")",
+        FormatSeconds(op_timeout), ")",
         by == config_.rank ? "" : absl::StrCat(" (seen by rank ", by, ")")));
   }
   if (by != config_.rank) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "runtime/format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -270,7 +271,7 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
       if (absl::IsDeadlineExceeded(frame.status())) {
         PeerLost(peer, absl::StrCat(
                            "no heartbeat for ",
-                           absl::FormatDuration(liveness_.heartbeat_timeout),
+                           FormatSeconds(liveness_.heartbeat_timeout),
                            "; the process may be stopped, hung or unreachable"));
       } else {
         PeerLost(peer, std::string(frame.status().message()));

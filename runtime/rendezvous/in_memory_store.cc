@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "runtime/format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -55,7 +56,7 @@ absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key,
   if (WaitFor(lock, timeout, present)) return data_[key];
   if (shut_down_) return ShuttingDown();
   return absl::DeadlineExceededError(
-      absl::StrCat("timed out after ", absl::FormatDuration(timeout),
+      absl::StrCat("timed out after ", FormatSeconds(timeout),
                    " waiting for store key \"", key, "\""));
 }
 
@@ -98,7 +99,7 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
     if (data_.count(key) == 0) missing.push_back(absl::StrCat("\"", key, "\""));
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      "timed out after ", absl::FormatDuration(timeout),
+      "timed out after ", FormatSeconds(timeout),
       " waiting for store keys; missing: ", absl::StrJoin(missing, ", ")));
 }
 

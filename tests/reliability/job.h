@@ -179,6 +179,50 @@ inline std::set<std::string> ListeningSockets() {
   return out;
 }
 
+// Listening TCP sockets ("addr:port" as in ListeningSockets) held by a
+// process in one of the process groups `groups` (the job's: kolorun's and
+// each worker's). Other jobs on the machine do not count.
+inline std::set<std::string> ListeningSocketsOf(const std::set<pid_t>& groups) {
+  std::map<std::string, std::string> by_inode;  // inode -> addr:port
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmit, uid,
+          timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >>
+          retransmit >> uid >> timeout >> inode;
+      if (state == "0A") by_inode[inode] = local;
+    }
+  }
+  std::set<std::string> out;
+  DIR* proc = opendir("/proc");
+  if (!proc) return out;
+  while (dirent* entry = readdir(proc)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(entry->d_name));
+    if (pid <= 0) continue;
+    const pid_t group = getpgid(pid);
+    if (group < 0 || !groups.count(group)) continue;
+    const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+    DIR* fds = opendir(fd_dir.c_str());
+    if (!fds) continue;
+    while (dirent* fd = readdir(fds)) {
+      char target[64] = {};
+      const std::string link = fd_dir + "/" + fd->d_name;
+      if (readlink(link.c_str(), target, sizeof(target) - 1) <= 0) continue;
+      const std::string t = target;
+      if (t.rfind("socket:[", 0) != 0) continue;
+      auto it = by_inode.find(t.substr(8, t.size() - 9));
+      if (it != by_inode.end()) out.insert(it->second);
+    }
+    closedir(fds);
+  }
+  closedir(proc);
+  return out;
+}
+
 inline std::set<std::string> ShmEntries() {
   std::set<std::string> out;
   if (DIR* d = opendir("/dev/shm")) {

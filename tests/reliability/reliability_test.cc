@@ -19,6 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/net/socket.h"
+#include "tests/reliability/fixture.h"
 #include "tests/reliability/job.h"
 #include "tests/testing/raw_protocol.h"
 
@@ -27,71 +28,6 @@ namespace testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string g_kolorun, g_worker;
-
-const std::vector<std::string> kDefaults = {
-    "KOLO_OP_TIMEOUT=10", "KOLO_START_TIMEOUT=10"};
-
-class Reliability : public ::testing::Test {
- protected:
-  void SetUp() override {
-    sockets_before_ = ListeningSockets();
-    shm_before_ = ShmEntries();
-    std::string tmpl = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR")
-                                                         : "/tmp") +
-                       "/kolo_rel_XXXXXX";
-    dir_ = mkdtemp(tmpl.data());
-  }
-
-  std::unique_ptr<Job> Launch(int np, const std::vector<std::string>& worker_args,
-                              std::vector<std::string> env = {},
-                              std::vector<std::string> launcher_flags = {}) {
-    for (const auto& e : kDefaults) env.push_back(e);
-    std::vector<std::string> args = {g_kolorun, "-np", std::to_string(np)};
-    args.insert(args.end(), launcher_flags.begin(), launcher_flags.end());
-    args.push_back(g_worker);
-    args.insert(args.end(), worker_args.begin(), worker_args.end());
-    args.push_back("--pid-dir");
-    args.push_back(dir_);
-    np_ = np;
-    return Job::Start(args, env);
-  }
-
-  // Waits for rank `rank` to have recorded its pid.
-  pid_t PidOf(Job& job, int rank) {
-    job.WaitFor(absl::StrCat("READY rank ", rank, " "), 30);
-    return WorkerPids(dir_, np_)[rank];
-  }
-
-  // The common checks of RELIABILITY.md.
-  void ExpectNothingLeft(Job& job) {
-    for (auto [rank, pid] : WorkerPids(dir_, np_)) {
-      EXPECT_TRUE(WaitForExit(pid, 5)) << "worker rank " << rank << " (pid "
-                                       << pid << ") is still alive";
-    }
-    EXPECT_NE(kill(job.pid(), 0), 0) << "kolorun is still alive";
-    for (const std::string& s : ListeningSockets()) {
-      EXPECT_TRUE(sockets_before_.count(s)) << "listening socket left: " << s;
-    }
-    for (const std::string& e : ShmEntries()) {
-      EXPECT_TRUE(shm_before_.count(e)) << "/dev/shm entry left: " << e;
-    }
-  }
-
-  // "t=<ns>" of the line matched by `pattern`, or 0.
-  int64_t LineTime(Job& job, const std::string& pattern, double timeout_s,
-                   std::string* line = nullptr) {
-    std::smatch m;
-    if (!job.WaitFor(pattern + "(?:[^\\n]* )?t=(\\d+)", timeout_s, &m)) return 0;
-    if (line) *line = m.str(0);
-    return std::stoll(m[m.size() - 1].str());
-  }
-
-  std::string dir_;
-  int np_ = 0;
-  std::set<std::string> sockets_before_, shm_before_;
-};
 
 // 1. kill -9 rank 1 during a 64 MB allreduce loop.
 TEST_F(Reliability, T01_KillNineDuringAllreduceLoop) {

@@ -18,6 +18,12 @@
 //              --fifo while the harness attacks them; then every rank
 //              checks one allreduce
 //   idle       joins, prints READY and waits for the job to fail
+//   shutdown   one allreduce, then every rank but --exit-rank calls
+//              Shutdown(--shutdown-timeout seconds) and prints its result;
+//              rank --exit-rank never shuts down
+//   report     rank --exit-rank exits --exit-code after one allreduce; the
+//              others print the error of their next allreduce and exit 1
+// --exit-code N: the code of early-exit's rank (default 3).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -74,13 +80,16 @@ int main(int argc, char** argv) {
   }
   const std::string mode = argv[1];
   std::string pid_dir, fifo;
-  int mb = 64, exit_rank = -1;
+  int mb = 64, exit_rank = -1, exit_code = 3;
+  double shutdown_timeout = 5;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
     if (arg == "--pid-dir") pid_dir = argv[i + 1];
     else if (arg == "--mb") mb = std::atoi(argv[i + 1]);
     else if (arg == "--exit-rank") exit_rank = std::atoi(argv[i + 1]);
     else if (arg == "--fifo") fifo = argv[i + 1];
+    else if (arg == "--exit-code") exit_code = std::atoi(argv[i + 1]);
+    else if (arg == "--shutdown-timeout") shutdown_timeout = std::atof(argv[i + 1]);
     else if (arg == "--ignore-sigterm") {
       sigset_t set;
       sigemptyset(&set);
@@ -97,7 +106,7 @@ int main(int argc, char** argv) {
   if (!pid_dir.empty()) {
     std::ofstream(pid_dir + "/" + std::to_string(rank)) << getpid() << "\n";
   }
-  if (mode == "early-exit" && rank == exit_rank) return 3;
+  if (mode == "early-exit" && rank == exit_rank) return exit_code;
   auto created = kolo::Runtime::Create(*options);
   if (!created.ok()) {
     Say("INIT-ERROR rank " + std::to_string(rank) + " " +
@@ -253,6 +262,24 @@ int main(int argc, char** argv) {
     }
     Say("SLOW OK rank " + std::to_string(rank));
     return rt.Shutdown().ok() ? 0 : 1;
+  }
+  if (mode == "shutdown" || mode == "report") {
+    std::vector<float> v(1024, 1.0f);
+    absl::Status s = Allreduce(rt, "before", v);
+    if (!s.ok()) return Error(rank, s);
+    if (rank == exit_rank) {
+      if (mode == "report") return exit_code;
+      Say("IDLE rank " + std::to_string(rank));
+      for (;;) pause();
+    }
+    if (mode == "report") {
+      s = Allreduce(rt, "after", v);
+      return s.ok() ? 0 : Error(rank, s);
+    }
+    s = rt.Shutdown(absl::Seconds(shutdown_timeout));
+    if (!s.ok()) return Error(rank, s);
+    Say("SHUTDOWN OK rank " + std::to_string(rank));
+    return 0;
   }
   if (mode == "hostile") {
     if (rank == 0) {

@@ -1,11 +1,15 @@
 // Configuration parsing from an environment map (no setenv).
 #include "runtime/config.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -145,7 +149,74 @@ TEST(Config, SecretFileMustBePrivate) {
   std::remove(path.c_str());
 }
 
+TEST(Config, PortMessageIsTheSameForEveryBadValue) {
+  for (const char* value : {"abc", "70000", "0", "-1", "1073741825"}) {
+    auto o = ParseOptions({{"KOLO_RENDEZVOUS_PORT", value}});
+    ASSERT_FALSE(o.ok()) << value;
+    EXPECT_EQ(std::string(o.status().message()),
+              absl::StrCat("invalid value for KOLO_RENDEZVOUS_PORT=\"", value,
+                           "\": expected a port from 1 to 65535"));
+  }
+}
+
+TEST(Config, DurationTooLargeSaysSo) {
+  auto o = ParseOptions({{"KOLO_OP_TIMEOUT", "1e300"}});
+  ASSERT_FALSE(o.ok());
+  EXPECT_EQ(std::string(o.status().message()),
+            "invalid value for KOLO_OP_TIMEOUT=\"1e300\": expected a number of "
+            "seconds no larger than 1e9");
+  o = ParseOptions({{"KOLO_OP_TIMEOUT", "1e9"}});
+  EXPECT_TRUE(o.ok()) << o.status();
+}
+
+TEST(Config, StoreListeningUnderKolorunOnly) {
+  auto o = ParseOptions({{"KOLO_LAUNCHER", "kolorun"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->store_listening);
+  o = ParseOptions({{"KOLO_LAUNCHER", "something-else"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->store_listening);
+  o = ParseOptions({});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->store_listening);
+}
+
 // --- The job secret. ---
+
+// Note [Secret without a file]: kolorun's descriptor, read at offset 0 as
+// often as needed, then close-on-exec; errors never echo the secret.
+TEST(ConfigSecret, FromAnInheritedDescriptor) {
+  const int fd = memfd_create("config-test-secret", 0);
+  ASSERT_GE(fd, 0);
+  const std::string secret = "fd-secret-0123456789abcdef";
+  ASSERT_EQ(write(fd, secret.data(), secret.size()),
+            static_cast<ssize_t>(secret.size()));
+  for (int again = 0; again < 2; ++again) {
+    auto o = ParseOptions({{"KOLO_SECRET_FD", absl::StrCat(fd)},
+                           {"KOLO_SECRET", "ignored-when-fd-is-set"}});
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(o->secret, secret);
+  }
+  EXPECT_TRUE(fcntl(fd, F_GETFD) & FD_CLOEXEC);
+  close(fd);
+
+  auto o = ParseOptions({{"KOLO_SECRET_FD", absl::StrCat(fd)}});
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()), HasSubstr("is not open"));
+  o = ParseOptions({{"KOLO_SECRET_FD", "three"}});
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()),
+              HasSubstr("KOLO_SECRET_FD=\"three\""));
+
+  const int short_fd = memfd_create("config-test-short", 0);
+  ASSERT_EQ(write(short_fd, "short-one", 9), 9);
+  o = ParseOptions({{"KOLO_SECRET_FD", absl::StrCat(short_fd)}});
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()), HasSubstr("holds 9"));
+  EXPECT_THAT(std::string(o.status().message()),
+              ::testing::Not(HasSubstr("short-one")));
+  close(short_fd);
+}
 
 constexpr char kSecret[] = "0123456789abcdef";  // Exactly the minimum.
 

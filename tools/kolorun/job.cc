@@ -221,29 +221,42 @@ int64_t ReadInt64File(const std::string& path, int64_t fallback) {
 }
 
 // The tightest pids.max - pids.current of this process's cgroup and its
-// ancestors (cgroup v2), or -1.
+// ancestors (the pids controller of cgroup v2, or of v1 where it is mounted
+// on its own), or -1.
 int64_t CgroupProcessesLeft(std::string* where) {
   std::ifstream in("/proc/self/cgroup");
-  std::string line, path;
+  std::string line;
+  std::vector<std::pair<std::string, std::string>> roots;  // (mount, path)
   while (std::getline(in, line)) {
-    if (absl::StartsWith(line, "0::")) path = line.substr(3);
-  }
-  if (path.empty()) return -1;
-  int64_t best = -1;
-  for (;;) {
-    const std::string dir = absl::StrCat("/sys/fs/cgroup", path == "/" ? "" : path);
-    const int64_t max = ReadInt64File(dir + "/pids.max", -1);
-    if (max >= 0) {
-      const int64_t left =
-          std::max<int64_t>(0, max - ReadInt64File(dir + "/pids.current", 0));
-      if (best < 0 || left < best) {
-        best = left;
-        *where = absl::StrCat("pids.max=", max, " of the cgroup ", dir);
-      }
+    const size_t first = line.find(':');
+    const size_t second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (controllers.empty()) {
+      roots.emplace_back("/sys/fs/cgroup", path);  // v2
+    } else if (controllers == "pids") {
+      roots.emplace_back("/sys/fs/cgroup/pids", path);  // v1
     }
-    if (path == "/" || path.empty()) break;
-    const size_t slash = path.rfind('/');
-    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+  int64_t best = -1;
+  for (auto [mount, path] : roots) {
+    for (;;) {
+      const std::string dir = path == "/" ? mount : mount + path;
+      const int64_t max = ReadInt64File(dir + "/pids.max", -1);
+      if (max >= 0) {
+        const int64_t left = std::max<int64_t>(
+            0, max - ReadInt64File(dir + "/pids.current", 0));
+        if (best < 0 || left < best) {
+          best = left;
+          *where = absl::StrCat("pids.max=", max, " of the cgroup ", dir);
+        }
+      }
+      if (path == "/" || path.empty()) break;
+      const size_t slash = path.rfind('/');
+      path = slash == 0 || slash == std::string::npos ? "/"
+                                                      : path.substr(0, slash);
+    }
   }
   return best;
 }

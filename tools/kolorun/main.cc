@@ -54,7 +54,8 @@ int main(int argc, char** argv) {
   if (absl::Status s = kolo::kolorun::CheckResources(
           *options, *plan, kolo::kolorun::ReadResourceLimits());
       !s.ok()) {
-    return UsageError(s);
+    std::fprintf(stderr, "kolorun: %s\n", std::string(s.message()).c_str());
+    return 2;  // Nothing started, as for a usage error.
   }
   kolo::kolorun::Launcher launcher(*std::move(options), *std::move(plan));
   return launcher.Run();

@@ -471,6 +471,26 @@ TEST_F(KolorunTest, UsageErrorsExitTwoAndStartNothing) {
   EXPECT_TRUE(SecretDirEntries().empty());
 }
 
+TEST_F(KolorunTest, HostfileThatIsADirectoryIsNamedSo) {
+  const Result r = Run({"-np", "2", "--hostfile", scratch_, "true"});
+  EXPECT_EQ(r.exit_code(), 2) << r.err;
+  EXPECT_TRUE(absl::StrContains(
+      r.err, absl::StrCat("--hostfile ", scratch_, ": is a directory")))
+      << r.err;
+}
+
+// More workers than this machine lets kolorun start (the descriptor limit
+// alone refuses 100,000): refused before any starts.
+TEST_F(KolorunTest, RefusesAJobTheMachineCannotStart) {
+  const std::string touch = "touch \"$SCRATCH/started\"";
+  const Result r = Run({"-np", "100000", "sh", "-c", touch});
+  EXPECT_EQ(r.exit_code(), 2) << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.err, "kolorun: -np 100000: ")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "start fewer workers")) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(access((scratch_ + "/started").c_str(), F_OK), 0);
+}
+
 TEST_F(KolorunTest, HostfileWithThisMachineOnly) {
   const std::string hostfile = scratch_ + "/hostfile";
   std::ofstream(hostfile) << "# just here\nlocalhost slots=3  # all of it\n";
