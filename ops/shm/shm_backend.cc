@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "ops/cpu/copy.h"
 #include "ops/cpu/reduce.h"
 
 namespace kolo {
@@ -135,6 +136,12 @@ void ReduceInRankOrder(ReduceOp op, DataType dtype, void* out,
 
 void CopyIfAny(void* to, const void* from, size_t bytes) {
   if (bytes && to != from) std::memmove(to, from, bytes);
+}
+
+// Every copy between a rank's buffers and the segment (Note [Copies without
+// REP MOVSB] in ops/cpu/copy.h).
+inline void CopyBytes(void* to, const void* from, size_t bytes) {
+  cpu::Copy(to, from, bytes);
 }
 
 }  // namespace
@@ -300,7 +307,7 @@ absl::Status ShmBackend::AllreduceSmall(uint8_t* data, size_t count,
                                         DataType dtype, ReduceOp op) {
   const auto deadline = Deadline();
   const int q = Parity();
-  std::memcpy(In(q, rank_), data, count * DataTypeSize(dtype));
+  CopyBytes(In(q, rank_), data, count * DataTypeSize(dtype));
   absl::Status s = Arrive(deadline, "allreduce");
   if (!s.ok()) return s;
   std::vector<const uint8_t*> inputs(size_);
@@ -324,9 +331,9 @@ absl::Status ShmBackend::AllreducePipelined(uint8_t* data, size_t count,
   // Copies elements [0, n) but [skip_lo, skip_hi) from `from` to `to`.
   auto copy_but = [elem](uint8_t* to, const uint8_t* from, size_t n,
                          size_t skip_lo, size_t skip_hi) {
-    if (skip_lo) std::memcpy(to, from, skip_lo * elem);
+    if (skip_lo) CopyBytes(to, from, skip_lo * elem);
     if (skip_hi < n) {
-      std::memcpy(to + skip_hi * elem, from + skip_hi * elem,
+      CopyBytes(to + skip_hi * elem, from + skip_hi * elem,
                   (n - skip_hi) * elem);
     }
   };
@@ -344,7 +351,7 @@ absl::Status ShmBackend::AllreducePipelined(uint8_t* data, size_t count,
       for (int r = 0; r < size_; ++r) inputs[r] = r == rank_ ? chunk : In(q, r);
       ReduceInRankOrder(op, dtype, Result(q) + lo * elem, inputs, lo * elem,
                         hi - lo);
-      std::memcpy(chunk + lo * elem, Result(q) + lo * elem, (hi - lo) * elem);
+      CopyBytes(chunk + lo * elem, Result(q) + lo * elem, (hi - lo) * elem);
     }
     if (i > 0) {
       const size_t prev_first = (i - 1) * chunk_elems;
@@ -395,14 +402,14 @@ class PieceView {
   void Gather(size_t from, size_t n, uint8_t* to) const {
     ForEach(from, n,
             [&](const FusedPiece& p, size_t off, size_t bytes, size_t done) {
-              std::memcpy(to + done, static_cast<const uint8_t*>(p.input) + off,
+              CopyBytes(to + done, static_cast<const uint8_t*>(p.input) + off,
                           bytes);
             });
   }
   void Scatter(size_t from, size_t n, const uint8_t* src) const {
     ForEach(from, n,
             [&](const FusedPiece& p, size_t off, size_t bytes, size_t done) {
-              std::memcpy(static_cast<uint8_t*>(p.output) + off, src + done,
+              CopyBytes(static_cast<uint8_t*>(p.output) + off, src + done,
                           bytes);
             });
   }
@@ -498,10 +505,10 @@ absl::Status ShmBackend::Broadcast(void* data, size_t bytes, int root) {
   for (size_t offset = 0; offset < bytes; offset += span) {
     const size_t n = std::min(span, bytes - offset);
     const int q = Parity();
-    if (rank_ == root) std::memcpy(In(q, 0), out + offset, n);
+    if (rank_ == root) CopyBytes(In(q, 0), out + offset, n);
     absl::Status s = Arrive(deadline, "broadcast");
     if (!s.ok()) return s;
-    if (rank_ != root) std::memcpy(out + offset, In(q, 0), n);
+    if (rank_ != root) CopyBytes(out + offset, In(q, 0), n);
   }
   return absl::OkStatus();
 }
@@ -527,12 +534,12 @@ absl::Status ShmBackend::Allgatherv(const void* input, void* output,
     const int q = Parity();
     const size_t mine = bytes_per_rank[rank_];
     if (at < mine)
-      std::memcpy(In(q, rank_), in + at, std::min(chunk_, mine - at));
+      CopyBytes(In(q, rank_), in + at, std::min(chunk_, mine - at));
     absl::Status s = Arrive(deadline, "allgather");
     if (!s.ok()) return s;
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || at >= bytes_per_rank[r]) continue;
-      std::memcpy(out + offset[r] + at, In(q, r),
+      CopyBytes(out + offset[r] + at, In(q, r),
                   std::min(chunk_, bytes_per_rank[r] - at));
     }
   }
@@ -573,7 +580,7 @@ absl::Status ShmBackend::Alltoallv(const void* input,
       ranks_[rank_].value[q].store(my_stages, std::memory_order_relaxed);
     for (int k = 0; k < size_; ++k) {
       if (k == rank_ || at >= send_bytes[k]) continue;
-      std::memcpy(In(q, rank_) + k * slot, in + send_offset[k] + at,
+      CopyBytes(In(q, rank_) + k * slot, in + send_offset[k] + at,
                   std::min(slot, send_bytes[k] - at));
     }
     absl::Status s = Arrive(deadline, "alltoall");
@@ -586,7 +593,7 @@ absl::Status ShmBackend::Alltoallv(const void* input,
     }
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || at >= recv_bytes[r]) continue;
-      std::memcpy(out + recv_offset[r] + at, In(q, r) + rank_ * slot,
+      CopyBytes(out + recv_offset[r] + at, In(q, r) + rank_ * slot,
                   std::min(slot, recv_bytes[r] - at));
     }
   }

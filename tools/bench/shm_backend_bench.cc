@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kolo/store.h"
+#include "ops/cpu/copy.h"
 #include "ops/shm/shm_backend.h"
 #include "tools/bench/bench_common.h"
 
@@ -74,6 +75,11 @@ int Main(int argc, char** argv) {
       "MB "
       "on one core: %.2f GB/s\n",
       ranks, MemcpyGBs(64 << 20));
+  std::printf("# copies to and from the segment: %s\n",
+              cpu::CopyAvoidsMemcpy()
+                  ? "vector loop (memcpy measured > 2x slower here: Note "
+                    "[Copies without REP MOVSB])"
+                  : "memcpy (fast here)");
   std::printf("# %10s %10s %12s %10s %10s\n", "size(B)", "chunk(B)", "time(us)",
               "busbw", "sleeps");
   for (int64_t chunk : chunks) {
