@@ -283,21 +283,27 @@ class Suite:
                 wrong = [l for l in host.listeners()
                          if not l.startswith(f"{host.addr}:")]
                 check(not wrong, f"{host.label} listens on {wrong}")
-            # The secret: kolorun's file here, the guards' files on hostB.
+            # The secret: in memory files the workers inherit (kolorun's
+            # here, each guard's own on hostB), never a file on disk.
             local = [f for f in os.listdir(work) if f.startswith("kolo-secret")]
-            check(len(local) == 1, f"kolorun's secret file: {local}")
-            path = os.path.join(work, local[0])
-            check(stat.S_IMODE(os.stat(path).st_mode) == 0o600, "secret mode")
-            with open(path) as f:
-                secret = f.read().strip()
+            check(not local, f"secret files in kolorun's TMPDIR: {local}")
             remote = os.listdir(remote_tmp)
-            check(len(remote) == 2, f"guard secret files on hostB: {remote}")
-            for name in remote:
-                p = os.path.join(remote_tmp, name)
-                check(stat.S_IMODE(os.stat(p).st_mode) == 0o600,
-                      f"{name}: mode")
-                with open(p) as f:
-                    check(f.read().strip() == secret, f"{name}: content")
+            check(not remote, f"secret files on hostB: {remote}")
+            secrets = set()
+            for rank in range(4):
+                pid = self.pid_of(pids, rank)
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env_of = dict(e.split(b"=", 1) for e in
+                                  f.read().split(b"\0") if b"=" in e)
+                fd = env_of[b"KOLO_SECRET_FD"].decode()
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                check(target.startswith("/memfd:kolo-secret"),
+                      f"rank {rank}: the secret's descriptor is {target}")
+                with open(f"/proc/{pid}/fd/{fd}") as f:
+                    secrets.add(f.read().strip())
+            check(len(secrets) == 1 and len(next(iter(secrets))) == 64,
+                  f"the ranks hold {len(secrets)} secrets")
+            secret = next(iter(secrets))
             leaks = []
             for pid in os.listdir("/proc"):
                 if pid.isdigit():
