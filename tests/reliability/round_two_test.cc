@@ -109,6 +109,7 @@ TEST_F(Reliability, T18_TwoWorkersClaimOneRank) {
   ExpectStartupFailure(
       *job, {"rank 0 is claimed by two workers: pid ", "and this one (pid "},
       "T18 two workers with rank 0");
+  EXPECT_THAT(job->output(), ::testing::Not(HasSubstr("Abort() was called")));
   ExpectNothingLeft(*job);
 }
 
@@ -173,6 +174,8 @@ TEST_F(Reliability, SurvivorsReportBeforeTheTeardown) {
                                                       " code=UNAVAILABLE")));
     EXPECT_THAT(job->output(), HasSubstr("rank 2 lost"));
   }
+  // Ranks ended by their own program's exit say nothing of an Abort().
+  EXPECT_THAT(job->output(), ::testing::Not(HasSubstr("Abort() was called")));
   // The first failure is the one named first.
   EXPECT_LT(job->output().find("kolorun: rank 2"),
             job->output().find("kolorun: rank ", job->output().find(
