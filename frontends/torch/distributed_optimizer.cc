@@ -1,15 +1,8 @@
-// DistributedOptimizer: gradient hooks and their allreduces. See Note
-// [Gradient hooks] in distributed_optimizer.h.
+// DistributedOptimizer: a wrapped optimizer and a GradientReducer over its
+// parameters.
 #include "kolo/torch/distributed_optimizer.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/utils/lambda_post_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <algorithm>
-#include <cmath>
-#include <mutex>
-#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -24,11 +17,6 @@ namespace {
 
 Error Invalid(const std::string& message) {
   return Error(absl::StatusCode::kInvalidArgument,
-               "DistributedOptimizer: " + message);
-}
-
-Error Misuse(const std::string& message) {
-  return Error(absl::StatusCode::kFailedPrecondition,
                "DistributedOptimizer: " + message);
 }
 
@@ -74,252 +62,22 @@ std::vector<NamedParameter> OptimizerParameters(
 
 }  // namespace
 
-struct DistributedOptimizer::State {
-  // One parameter and its gradient.
-  struct Slot {
-    std::string name;  // name_prefix + parameter name
-    at::Tensor param;
-    // Kept alive: the parameter references its accumulator only weakly, and
-    // a new accumulator (without our hook) would replace a freed one.
-    std::shared_ptr<::torch::autograd::Node> accumulator;
-    uintptr_t hook_key = 0;
-    int passes = 0;    // backward passes since the last synchronize
-    at::Tensor wire;   // the compressed gradient in flight (compression only)
-    size_t group = 0;  // index into groups
-  };
-  // Gradients submitted together: one allreduce for a group of one, one
-  // grouped allreduce otherwise.
-  struct Group {
-    std::string name;
-    std::vector<size_t> members;  // indices into slots
-    size_t ready = 0;             // members whose last pass has run
-    bool submitted = false;       // in flight
-    Handle handle;
-  };
-
-  std::shared_ptr<Context> context;
-  DistributedOptimizerOptions options;
-
-  std::mutex mu;
-  // Both vectors are fixed after construction; the fields of their elements
-  // are guarded by mu.
-  std::vector<Slot> slots;
-  std::vector<Group> groups;
-  bool synchronized = false;  // guarded by mu; since the last backward
-  bool skip_next = false;     // guarded by mu
-
-  // The hook of slot `i`: a backward pass has accumulated its gradient.
-  void OnAccumulated(size_t i) {
-    std::lock_guard<std::mutex> lock(mu);
-    Slot& slot = slots[i];
-    synchronized = false;
-    if (++slot.passes > options.backward_passes_per_step()) {
-      throw Misuse(absl::StrCat(
-          "the gradient of \"", slot.name, "\" was computed ", slot.passes,
-          " times before step() or synchronize(), more than "
-          "backward_passes_per_step (",
-          options.backward_passes_per_step(),
-          "): raise backward_passes_per_step to accumulate more passes"));
-    }
-    if (slot.passes < options.backward_passes_per_step()) return;
-    Group& group = groups[slot.group];
-    if (++group.ready == group.members.size()) SubmitLocked(group);
-  }
-
-  // The tensor to allreduce for `slot`: its gradient (zero-filled if no pass
-  // reached the parameter, densified if sparse and allowed), or a compressed
-  // copy of it.
-  at::Tensor WireTensorLocked(Slot& slot) {
-    at::Tensor grad = slot.param.grad();
-    if (!grad.defined()) {
-      grad = at::zeros_like(slot.param, at::MemoryFormat::Contiguous);
-      slot.param.mutable_grad() = grad;
-    } else if (grad.is_sparse()) {
-      if (!options.sparse_as_dense()) {
-        throw Invalid(absl::StrCat(
-            "\"", slot.name,
-            "\" has a sparse gradient, and kolo allreduces dense tensors "
-            "only: set DistributedOptimizerOptions().sparse_as_dense(true) "
-            "or use a dense layer"));
-      }
-      grad = grad.to_dense();
-      slot.param.mutable_grad() = grad;
-    }
-    const at::ScalarType wire_type =
-        options.compression() == Compression::kFp16   ? at::kHalf
-        : options.compression() == Compression::kBf16 ? at::kBFloat16
-                                                      : grad.scalar_type();
-    if (at::isFloatingType(grad.scalar_type()) &&
-        c10::elementSize(grad.scalar_type()) > c10::elementSize(wire_type)) {
-      slot.wire = grad.to(wire_type);
-      return slot.wire;
-    }
-    return grad;
-  }
-
-  void SubmitLocked(Group& group) {
-    const double f = options.gradient_predivide_factor();
-    // Average(x / f) * f == Average(x); the sum itself runs on x / f.
-    const double prescale = 1.0 / f, postscale = f;
-    if (group.members.size() == 1) {
-      Slot& slot = slots[group.members[0]];
-      group.handle = context->allreduce_async_(
-          WireTensorLocked(slot), AllreduceOptions()
-                                      .name(slot.name)
-                                      .op(options.op())
-                                      .prescale(prescale)
-                                      .postscale(postscale)
-                                      .process_set(options.process_set()));
-    } else {
-      std::vector<at::Tensor> tensors;
-      std::vector<std::string> names;
-      for (size_t i : group.members) {
-        tensors.push_back(WireTensorLocked(slots[i]));
-        names.push_back(slots[i].name);
-      }
-      group.handle = context->grouped_allreduce_async_(
-          tensors, GroupedAllreduceOptions()
-                       .name(group.name)
-                       .names(names)
-                       .op(options.op())
-                       .prescale(prescale)
-                       .postscale(postscale)
-                       .process_set(options.process_set()));
-    }
-    group.submitted = true;
-  }
-
-  bool AnySubmittedLocked() const {
-    for (const Group& group : groups) {
-      if (group.submitted) return true;
-    }
-    return false;
-  }
-
-  void ResetPassesLocked() {
-    for (Slot& slot : slots) slot.passes = 0;
-    for (Group& group : groups) group.ready = 0;
-  }
-
-  // Partitions the slots into groups (see DistributedOptimizerOptions).
-  // `param_names` holds each slot's parameter name (without the prefix).
-  void MakeGroups(const std::vector<std::string>& param_names) {
-    const auto& lists = options.groups();
-    const int n = options.num_groups();
-    if (n < 0) throw Invalid(absl::StrCat("num_groups must be >= 0, not ", n));
-    if (n > 0 && !lists.empty()) {
-      throw Invalid("set num_groups or groups, not both");
-    }
-    std::vector<int> group_of(slots.size(), -1);
-    if (n > 0) {
-      const size_t count = std::min(slots.size(), static_cast<size_t>(n));
-      for (size_t g = 0; g < count; ++g) {
-        for (size_t i = g * slots.size() / count;
-             i < (g + 1) * slots.size() / count; ++i) {
-          group_of[i] = static_cast<int>(g);
-        }
-      }
-    }
-    std::unordered_map<std::string, size_t> index;
-    for (size_t i = 0; i < param_names.size(); ++i) index[param_names[i]] = i;
-    for (size_t g = 0; g < lists.size(); ++g) {
-      for (const std::string& name : lists[g]) {
-        auto it = index.find(name);
-        if (it == index.end()) {
-          throw Invalid(absl::StrCat(
-              "groups names \"", name,
-              "\", which is not a trained parameter of the optimizer"));
-        }
-        if (group_of[it->second] != -1) {
-          throw Invalid(absl::StrCat("groups names \"", name, "\" twice"));
-        }
-        group_of[it->second] = static_cast<int>(g);
-      }
-    }
-    int next = n > 0 ? std::min(static_cast<int>(slots.size()), n)
-                     : static_cast<int>(lists.size());
-    for (int& g : group_of) {
-      if (g == -1) g = next++;  // a group of its own
-    }
-    groups.resize(next);
-    for (size_t i = 0; i < slots.size(); ++i) {
-      slots[i].group = group_of[i];
-      groups[group_of[i]].members.push_back(i);
-    }
-    groups.erase(
-        std::remove_if(groups.begin(), groups.end(),
-                       [](const Group& g) { return g.members.empty(); }),
-        groups.end());
-    for (size_t g = 0; g < groups.size(); ++g) {
-      groups[g].name = absl::StrCat(options.name_prefix(), "group.", g);
-      for (size_t i : groups[g].members) slots[i].group = g;
-    }
-  }
-};
-
 DistributedOptimizer::DistributedOptimizer(
     std::unique_ptr<::torch::optim::Optimizer> optimizer,
     const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
     DistributedOptimizerOptions options)
-    : optimizer_(std::move(optimizer)),
-      options_(std::move(options)),
-      state_(std::make_shared<State>()) {
+    : optimizer_(std::move(optimizer)), options_(std::move(options)) {
   if (!optimizer_) throw Invalid("the optimizer is null");
-  const int k = options_.backward_passes_per_step();
-  if (k < 1) {
-    throw Invalid(
-        absl::StrCat("backward_passes_per_step must be >= 1, not ", k));
-  }
-  const ReduceOp op = options_.op();
-  if (op != ReduceOp::kAverage && op != ReduceOp::kSum) {
-    throw Invalid(absl::StrCat("op must be Average or Sum, not ",
-                               kolo::ReduceOpName(op)));
-  }
-  const double f = options_.gradient_predivide_factor();
-  if (!(f > 0) || !std::isfinite(f)) {
-    throw Invalid(absl::StrCat(
-        "gradient_predivide_factor must be positive and finite, not ", f));
-  }
-  if (f != 1.0 && op != ReduceOp::kAverage) {
-    throw Invalid("gradient_predivide_factor applies to op Average only");
-  }
-  state_->context = options_.context() ? options_.context() : default_context();
-  state_->options = options_;
-
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : named_parameters) {
     names.emplace(item.value().unsafeGetTensorImpl(), item.key());
   }
   const bool positional = named_parameters.is_empty();
-  std::vector<NamedParameter> params =
-      OptimizerParameters(*optimizer_, names, positional);
-
-  state_->slots.resize(params.size());
-  std::vector<std::string> param_names;
-  for (size_t i = 0; i < params.size(); ++i) {
-    state_->slots[i].name = options_.name_prefix() + params[i].name;
-    state_->slots[i].param = params[i].param;
-    param_names.push_back(params[i].name);
+  std::vector<std::pair<std::string, at::Tensor>> params;
+  for (NamedParameter& p : OptimizerParameters(*optimizer_, names, positional)) {
+    params.emplace_back(std::move(p.name), std::move(p.param));
   }
-  state_->MakeGroups(param_names);
-
-  std::weak_ptr<State> weak = state_;
-  for (size_t i = 0; i < params.size(); ++i) {
-    State::Slot& slot = state_->slots[i];
-    slot.accumulator = ::torch::autograd::impl::grad_accumulator(slot.param);
-    if (!slot.accumulator) {
-      throw Invalid(absl::StrCat("\"", params[i].name,
-                                 "\" is not a leaf tensor: optimizers train "
-                                 "leaves (parameters) only"));
-    }
-    slot.hook_key = slot.accumulator->add_post_hook(
-        std::make_unique<::torch::autograd::utils::LambdaPostHook>(
-            [weak, i](const ::torch::autograd::variable_list& outputs,
-                      const ::torch::autograd::variable_list& /*inputs*/) {
-              if (auto state = weak.lock()) state->OnAccumulated(i);
-              return outputs;
-            }));
-  }
+  reducer_ = std::make_unique<GradientReducer>(std::move(params), options_);
 }
 
 DistributedOptimizer::DistributedOptimizer(
@@ -329,87 +87,20 @@ DistributedOptimizer::DistributedOptimizer(
                            ::torch::OrderedDict<std::string, at::Tensor>(),
                            std::move(options)) {}
 
-DistributedOptimizer::~DistributedOptimizer() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  for (State::Slot& slot : state_->slots) {
-    if (slot.accumulator) slot.accumulator->del_post_hook(slot.hook_key);
-  }
-}
+DistributedOptimizer::~DistributedOptimizer() = default;
 
-void DistributedOptimizer::synchronize() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  // Submit what the hooks have not: gradients of fewer than
-  // backward_passes_per_step passes, parameters no pass reached, and groups
-  // not complete.
-  std::optional<Error> first_error;
-  for (State::Group& group : state_->groups) {
-    if (group.submitted) continue;
-    try {
-      state_->SubmitLocked(group);
-    } catch (const Error& e) {
-      if (!first_error) first_error = e;
-    }
-  }
-  // Wait for all of them, even after a failure, so that no allreduce is
-  // left writing into a gradient.
-  for (State::Group& group : state_->groups) {
-    if (group.submitted) {
-      try {
-        group.handle.wait();
-        for (size_t i : group.members) {
-          State::Slot& slot = state_->slots[i];
-          if (slot.wire.defined()) slot.param.grad().copy_(slot.wire);
-        }
-      } catch (const Error& e) {
-        if (!first_error) first_error = e;
-      }
-    }
-    group.submitted = false;
-    group.handle = Handle();
-    for (size_t i : group.members) state_->slots[i].wire = at::Tensor();
-  }
-  state_->ResetPassesLocked();
-  state_->synchronized = true;
-  if (first_error) throw *first_error;
-}
+void DistributedOptimizer::synchronize() { reducer_->synchronize(); }
 
-void DistributedOptimizer::skip_synchronize() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  state_->skip_next = true;
-}
+void DistributedOptimizer::skip_synchronize() { reducer_->skip_synchronize(); }
 
 void DistributedOptimizer::step() {
-  bool need_sync;
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    if (state_->skip_next) {
-      state_->skip_next = false;
-      if (state_->AnySubmittedLocked()) {
-        throw Misuse(
-            "step() after skip_synchronize() while gradient allreduces are "
-            "in flight: call synchronize() before step()");
-      }
-      state_->ResetPassesLocked();
-      need_sync = false;
-    } else {
-      need_sync = !state_->synchronized;
-    }
-  }
-  if (need_sync) synchronize();
+  reducer_->BeforeStep();
   optimizer_->step();
-  std::lock_guard<std::mutex> lock(state_->mu);
-  state_->synchronized = false;
+  reducer_->AfterStep();
 }
 
 void DistributedOptimizer::zero_grad() {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  if (state_->AnySubmittedLocked()) {
-    throw Misuse(
-        "zero_grad() while gradient allreduces are in flight (after "
-        "backward, before step() or synchronize()): they would overwrite "
-        "the zeroed gradients");
-  }
-  state_->ResetPassesLocked();
+  reducer_->BeforeZeroGrad();
   optimizer_->zero_grad();
 }
 

@@ -339,8 +339,9 @@ TEST(DataParallel, SparseGradientsFailUnlessDensified) {
       DistributedOptimizer opt(
           std::make_unique<optim::SGD>(emb->parameters(), optim::SGDOptions(0)),
           emb->named_parameters(), On(ctx[rank]));
+      emb->forward(ids).sum().backward();  // The hook keeps the error.
       try {
-        emb->forward(ids).sum().backward();
+        opt.step();
         ADD_FAILURE() << "a sparse gradient was accepted";
       } catch (const Error& e) {
         EXPECT_THAT(e.what(),
@@ -406,15 +407,22 @@ TEST(DataParallel, MisuseIsReportedClearly) {
   }
   opt.synchronize();
   opt.zero_grad();
-  // backward_passes_per_step is 1: a second pass before step() is an error.
+  // backward_passes_per_step is 1: a second pass before step() is an error,
+  // raised by step() (Note [No error leaves a hook]), never by the hook.
+  lin->forward(at::ones({1, 3})).sum().backward();
   lin->forward(at::ones({1, 3})).sum().backward();
   try {
-    lin->forward(at::ones({1, 3})).sum().backward();
+    opt.step();
     ADD_FAILURE() << "a second backward pass before step() was accepted";
   } catch (const Error& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(e.what(), HasSubstr("backward_passes_per_step"));
+    EXPECT_THAT(e.what(), HasSubstr("wrapped optimizer's own step()"));
   }
-  opt.synchronize();
+  // Kept once: the next step goes on.
+  opt.zero_grad();
+  lin->forward(at::ones({1, 3})).sum().backward();
+  opt.step();
 
   // Invalid options and unnamed parameters fail at construction.
   auto make = [&](DistributedOptimizerOptions o) {
