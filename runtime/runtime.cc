@@ -41,6 +41,14 @@ absl::Status CheckTensor(const char* op, const std::string& name,
                    absl::StrCat(role, " is on ", t.device.ToString(),
                                 ", for which this build has no backend"));
   }
+  if (t.device.type == DeviceType::kCuda && t.dtype == DataType::kInt16) {
+    // NCCL, the only CUDA backend, has no 16-bit integer type.
+    return Invalid(op, name,
+                   absl::StrCat(role, " is an int16 tensor on ",
+                                t.device.ToString(),
+                                ": NCCL has no 16-bit integer type; use int32 "
+                                "(or int16 on the CPU)"));
+  }
   if (t.device.index < 0) {
     return Invalid(op, name, absl::StrCat(role, " has a negative device index ",
                                           t.device.index));
@@ -83,6 +91,11 @@ absl::Status CheckReduction(const char* op, const std::string& name,
     return Invalid(op, name, "unknown reduce op");
   }
   if (IsFloatingPoint(dtype)) return absl::OkStatus();
+  if (dtype == DataType::kBool) {
+    return Invalid(op, name,
+                   "bool tensors are not reduced (broadcast, allgather and "
+                   "alltoall move them); convert to an integer dtype first");
+  }
   if (reduce == ReduceOp::kAverage) {
     return Invalid(op, name,
                    absl::StrCat("average is not defined for integer dtype ",

@@ -8,7 +8,9 @@ size_t DataTypeSize(DataType dtype) {
   switch (dtype) {
     case DataType::kUint8:
     case DataType::kInt8:
+    case DataType::kBool:
       return 1;
+    case DataType::kInt16:
     case DataType::kFloat16:
     case DataType::kBfloat16:
       return 2;
@@ -32,6 +34,8 @@ const char* DataTypeName(DataType dtype) {
     case DataType::kBfloat16: return "bfloat16";
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
+    case DataType::kInt16: return "int16";
+    case DataType::kBool: return "bool";
   }
   return "unknown";
 }

@@ -60,6 +60,10 @@ kolo::DataType ToDataType(const at::Tensor& t, const char* op,
       return kolo::DataType::kUint8;
     case at::kChar:
       return kolo::DataType::kInt8;
+    case at::kShort:
+      return kolo::DataType::kInt16;
+    case at::kBool:
+      return kolo::DataType::kBool;
     case at::kInt:
       return kolo::DataType::kInt32;
     case at::kLong:
@@ -76,8 +80,9 @@ kolo::DataType ToDataType(const at::Tensor& t, const char* op,
       throw Error(Invalid(
           op, name,
           absl::StrCat("dtype ", c10::toString(t.scalar_type()),
-                       " is not supported (kolo supports uint8, int8, int32, "
-                       "int64, float16, bfloat16, float32 and float64)")));
+                       " is not supported (kolo supports uint8, int8, int16, "
+                       "int32, int64, float16, bfloat16, float32, float64, "
+                       "and bool for broadcast, allgather and alltoall)")));
   }
 }
 

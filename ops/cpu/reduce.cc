@@ -335,6 +335,12 @@ void Reduce(ReduceOp op, DataType dtype, void* out, const void* a,
       return ReduceInt<uint8_t>(op, out, a, b, count);
     case DataType::kInt8:
       return ReduceInt<int8_t>(op, out, a, b, count);
+    case DataType::kInt16:
+      return ReduceInt<int16_t>(op, out, a, b, count);
+    case DataType::kBool:
+      // Never reduced: the runtime rejects reductions of bool at submit.
+      assert(false && "Reduce() on bool");
+      return;
     case DataType::kInt32:
       return ReduceInt<int32_t>(op, out, a, b, count);
     case DataType::kInt64:
@@ -371,8 +377,10 @@ void Scale(DataType dtype, void* data, size_t count, double factor) {
       return ScaleLoop(static_cast<double*>(data), count, factor);
     case DataType::kUint8:
     case DataType::kInt8:
+    case DataType::kInt16:
     case DataType::kInt32:
     case DataType::kInt64:
+    case DataType::kBool:
       // Integer tensors are never scaled: the runtime rejects averaging and
       // scale factors for them before any data moves.
       assert(false && "Scale() on an integer dtype");

@@ -58,6 +58,11 @@ ncclDataType_t ToNcclDataType(DataType dtype) {
     case DataType::kBfloat16: return ncclBfloat16;
     case DataType::kFloat32: return ncclFloat32;
     case DataType::kFloat64: return ncclFloat64;
+    // Bytes moved, never reduced (the runtime rejects reducing bool).
+    case DataType::kBool: return ncclUint8;
+    // NCCL has no 16-bit integer: the runtime rejects int16 CUDA tensors at
+    // submit (CheckTensor in runtime/runtime.cc).
+    case DataType::kInt16: return ncclUint8;
   }
   return ncclUint8;  // unreachable: the runtime checks dtypes at submit
 }

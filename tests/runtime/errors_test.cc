@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -177,6 +178,57 @@ TEST(Errors, ShutdownWithWorkPendingAbortsItAndLaterUseFails) {
   auto late = rts[0]->Allreduce(Request("late", d, {4}));
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(rts[0]->Shutdown().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// bool moves (broadcast, allgather) but is never reduced; int16 reduces on
+// the CPU, and is refused on CUDA (NCCL has no 16-bit integer).
+TEST(Errors, BoolIsMovedNotReducedAndInt16ReducesOnTheCpu) {
+  auto rts = testing::StartJob(2);
+  OnEachRank(2, [&](int r) {
+    std::vector<uint8_t> flags = {static_cast<uint8_t>(r), 1, 0};
+    AllreduceRequest sum;
+    sum.name = "flags";
+    sum.op = ReduceOp::kSum;
+    sum.input = sum.output = TensorView(flags.data(), DataType::kBool, {3});
+    auto refused = rts[r]->Allreduce(sum);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("allreduce \"flags\": bool tensors are not reduced"));
+
+    BroadcastRequest bcast;
+    bcast.name = "flags";
+    bcast.root = 1;
+    bcast.tensor = TensorView(flags.data(), DataType::kBool, {3});
+    auto moved = rts[r]->Broadcast(bcast);
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    ASSERT_TRUE(moved->Wait(absl::Seconds(30)).ok());
+    EXPECT_EQ(flags, (std::vector<uint8_t>{1, 1, 0}));
+
+    std::vector<int16_t> values = {static_cast<int16_t>(-300 * (r + 1)), 7};
+    AllreduceRequest small;
+    small.name = "int16";
+    small.op = ReduceOp::kSum;
+    small.input = small.output =
+        TensorView(values.data(), DataType::kInt16, {2});
+    auto reduced = rts[r]->Allreduce(small);
+    ASSERT_TRUE(reduced.ok()) << reduced.status();
+    ASSERT_TRUE(reduced->Wait(absl::Seconds(30)).ok());
+    EXPECT_EQ(values, (std::vector<int16_t>{-900, 14}));
+
+    AllreduceRequest on_gpu = small;
+    on_gpu.name = "int16/cuda";
+    on_gpu.input = on_gpu.output =
+        TensorView(values.data(), DataType::kInt16, {2}, Device::Cuda(0));
+    auto gpu = rts[r]->Allreduce(on_gpu);
+    ASSERT_FALSE(gpu.ok());
+    const std::string message(gpu.status().message());
+    // Builds without a CUDA backend refuse the device before the dtype.
+    EXPECT_TRUE(absl::StrContains(message, "NCCL has no 16-bit integer type") ||
+                absl::StrContains(message, "for which this build has no backend"))
+        << message;
+  });
+  testing::ShutdownJob(rts);
 }
 
 }  // namespace

@@ -21,8 +21,11 @@ enum class DataType : int {
   kBfloat16 = 5,
   kFloat32 = 6,
   kFloat64 = 7,
+  kInt16 = 8,
+  // One byte, 0 or 1. Moved (broadcast, allgather, alltoall), never reduced.
+  kBool = 9,
 };
-constexpr int kNumDataTypes = 8;
+constexpr int kNumDataTypes = 10;
 
 // Size of one element in bytes.
 size_t DataTypeSize(DataType dtype);

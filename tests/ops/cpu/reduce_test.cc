@@ -14,10 +14,11 @@ namespace kolo {
 namespace cpu {
 namespace {
 
+// Every dtype reductions take (bool is never reduced).
 constexpr DataType kAllTypes[] = {
-    DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
-    DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
-    DataType::kFloat32, DataType::kFloat64,
+    DataType::kUint8,   DataType::kInt8,    DataType::kInt16,
+    DataType::kInt32,   DataType::kInt64,   DataType::kFloat16,
+    DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64,
 };
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage,
                                 ReduceOp::kMin, ReduceOp::kMax,
@@ -128,6 +129,13 @@ void RefElement(ReduceOp op, DataType dtype, uint8_t* out, const uint8_t* a,
       return apply(int8_t{}, [&](int8_t x, int8_t y) {
         return RefInt<int8_t, uint8_t>(op, x, y);
       });
+    case DataType::kInt16:
+      return apply(int16_t{}, [&](int16_t x, int16_t y) {
+        return RefInt<int16_t, uint16_t>(op, x, y);
+      });
+    case DataType::kBool:
+      ADD_FAILURE() << "bool is never reduced";
+      return;
     case DataType::kInt32:
       return apply(int32_t{}, [&](int32_t x, int32_t y) {
         return RefInt<int32_t, uint32_t>(op, x, y);
@@ -169,9 +177,13 @@ std::vector<uint8_t> RandomBuffer(DataType dtype, size_t count,
     switch (dtype) {
       case DataType::kUint8:
       case DataType::kInt8:
+      case DataType::kInt16:
       case DataType::kInt32:
       case DataType::kInt64:
         std::memcpy(p, &bits, size);  // full range: exercises wrap-around
+        break;
+      case DataType::kBool:
+        put(static_cast<uint8_t>(bits & 1));
         break;
       case DataType::kFloat16: {
         const float special[] = {NAN,   INFINITY, -INFINITY,

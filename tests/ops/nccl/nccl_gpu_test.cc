@@ -85,6 +85,7 @@ class NcclGpuTest : public ::testing::Test {
 
 TEST_F(NcclGpuTest, AllreduceEveryDtypeOpAndScale) {
   for (DataType dtype : testing::AllDataTypes()) {
+    if (dtype == DataType::kInt16) continue;  // No NCCL type: refused.
     for (ReduceOp op : OpsFor(dtype)) {
       // (prescale, postscale): floating point only; negative to swap min/max.
       std::vector<std::pair<double, double>> scales = {{1, 1}};

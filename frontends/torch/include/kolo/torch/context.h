@@ -21,8 +21,9 @@
 // counter ("allreduce.noname.7"), which matches across ranks only if every
 // rank submits that collective the same number of times in the same order.
 //
-// Tensors: dense CPU tensors of dtype uint8, int8, int32, int64, float16,
-// bfloat16, float32 or float64, any shape (0-dim and empty included), any
+// Tensors: dense CPU tensors of dtype uint8, int8, int16, int32, int64,
+// float16, bfloat16, float32 or float64 (and bool, which broadcast, allgather
+// and alltoall move but nothing reduces), any shape (0-dim and empty included), any
 // strides (non-contiguous tensors are sent through a contiguous copy; in-place
 // results are copied back). CUDA tensors are passed to the runtime on their
 // device with an event recorded on the current stream: the collective runs
