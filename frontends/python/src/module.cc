@@ -1,0 +1,290 @@
+// kolo._C: the Python binding of kolo's LibTorch frontend (frontends/torch).
+// A thin layer: every collective, the gradient reducer and the broadcasts
+// are the C++ frontend's; kolo/torch/*.py gives them Horovod's names and
+// arguments (docs/python.md).
+//
+// Errors: the runtime's errors (kolo::torch::Error) become
+// kolo._C.KoloInternalError (a RuntimeError) carrying the message unchanged
+// and the status code name in `.code`; an error the C++ frontend finds while
+// submitting (bad argument, a name already in flight) becomes ValueError.
+// Blocking calls release the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+#include <torch/extension.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kolo/runtime.h"
+#include "runtime/backend.h"
+#include "kolo/torch/context.h"
+#include "kolo/torch/gradient_reducer.h"
+
+namespace py = pybind11;
+
+namespace kolo {
+namespace torch {
+namespace {
+
+// Errors of a submission that the caller can fix become ValueError.
+template <typename F>
+auto Submitting(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (e.code() == absl::StatusCode::kInvalidArgument ||
+        e.code() == absl::StatusCode::kAlreadyExists) {
+      throw py::value_error(e.what());
+    }
+    throw;
+  }
+}
+
+std::shared_ptr<Context> Default() { return default_context(); }
+
+ReduceOp ToOp(int op) {
+  if (op < 0 || op > static_cast<int>(ReduceOp::kProduct)) {
+    throw py::value_error(absl::StrCat("unknown reduce op ", op));
+  }
+  return static_cast<ReduceOp>(op);
+}
+
+Handle Allreduce(const at::Tensor& tensor, const std::string& name, int op,
+                 double prescale, double postscale, int process_set,
+                 bool in_place) {
+  const AllreduceOptions options = AllreduceOptions()
+                                       .name(name)
+                                       .op(ToOp(op))
+                                       .prescale(prescale)
+                                       .postscale(postscale)
+                                       .process_set(process_set);
+  return Submitting([&] {
+    return in_place ? Default()->allreduce_async_(tensor, options)
+                    : Default()->allreduce_async(tensor, options);
+  });
+}
+
+Handle GroupedAllreduce(const std::vector<at::Tensor>& tensors,
+                        const std::string& name, int op, double prescale,
+                        double postscale, int process_set, bool in_place) {
+  const GroupedAllreduceOptions options = GroupedAllreduceOptions()
+                                              .name(name)
+                                              .op(ToOp(op))
+                                              .prescale(prescale)
+                                              .postscale(postscale)
+                                              .process_set(process_set);
+  return Submitting([&] {
+    return in_place ? Default()->grouped_allreduce_async_(tensors, options)
+                    : Default()->grouped_allreduce_async(tensors, options);
+  });
+}
+
+Handle Broadcast(const at::Tensor& tensor, int root, const std::string& name,
+                 int process_set, bool in_place) {
+  const BroadcastOptions options =
+      BroadcastOptions().name(name).root(root).process_set(process_set);
+  return Submitting([&] {
+    return in_place ? Default()->broadcast_async_(tensor, options)
+                    : Default()->broadcast_async(tensor, options);
+  });
+}
+
+DistributedOptimizerOptions ReducerOptions(
+    int op, int backward_passes_per_step, int compression,
+    double gradient_predivide_factor, bool sparse_as_dense, int num_groups,
+    std::vector<std::vector<std::string>> groups, int process_set,
+    const std::string& name_prefix) {
+  if (compression < 0 || compression > static_cast<int>(Compression::kBf16)) {
+    throw py::value_error(absl::StrCat("unknown compression ", compression));
+  }
+  return DistributedOptimizerOptions()
+      .op(ToOp(op))
+      .backward_passes_per_step(backward_passes_per_step)
+      .compression(static_cast<Compression>(compression))
+      .gradient_predivide_factor(gradient_predivide_factor)
+      .sparse_as_dense(sparse_as_dense)
+      .num_groups(num_groups)
+      .groups(std::move(groups))
+      .process_set(process_set)
+      .name_prefix(name_prefix);
+}
+
+bool Built(const char* what) {
+  const std::string name = what;
+  if (name == "cuda" || name == "nccl") {
+    return BackendRegistry::Get().Has(DeviceType::kCuda);
+  }
+  if (name == "gloo") return BackendRegistry::Get().Has(DeviceType::kCpu, "gloo");
+  return false;
+}
+
+}  // namespace
+}  // namespace torch
+}  // namespace kolo
+
+PYBIND11_MODULE(_C, m) {
+  using namespace kolo::torch;
+  m.doc() = "kolo's C++ frontend; use kolo.torch (Horovod's API) instead.";
+
+  static py::exception<Error> internal_error(m, "KoloInternalError",
+                                             PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      py::object type = py::reinterpret_borrow<py::object>(internal_error.ptr());
+      py::object error = type(e.what());
+      error.attr("code") =
+          py::str(absl::StatusCodeToString(e.code()));
+      PyErr_SetObject(internal_error.ptr(), error.ptr());
+    }
+  });
+
+  m.def("init", [] { init(); }, py::call_guard<py::gil_scoped_release>());
+  m.def("shutdown", [] { shutdown(); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def("is_initialized", &is_initialized);
+  m.def("rank", [] { return rank(); });
+  m.def("size", [] { return size(); });
+  m.def("local_rank", [] { return local_rank(); });
+  m.def("local_size", [] { return local_size(); });
+  m.def("cross_rank", [] { return cross_rank(); });
+  m.def("cross_size", [] { return cross_size(); });
+  m.def("built", &Built, "Whether this build has a backend: cuda, nccl, gloo");
+
+  py::class_<Handle>(m, "Handle")
+      .def("poll", &Handle::poll)
+      .def("wait", &Handle::wait, py::call_guard<py::gil_scoped_release>())
+      .def("wait_all", &Handle::wait_all,
+           py::call_guard<py::gil_scoped_release>())
+      .def("received_splits", &Handle::received_splits)
+      .def_property_readonly("name", &Handle::name);
+
+  m.def("allreduce_async", &Allreduce, py::arg("tensor"), py::arg("name"),
+        py::arg("op"), py::arg("prescale"), py::arg("postscale"),
+        py::arg("process_set"), py::arg("in_place"));
+  m.def("grouped_allreduce_async", &GroupedAllreduce, py::arg("tensors"),
+        py::arg("name"), py::arg("op"), py::arg("prescale"),
+        py::arg("postscale"), py::arg("process_set"), py::arg("in_place"));
+  m.def("broadcast_async", &Broadcast, py::arg("tensor"), py::arg("root"),
+        py::arg("name"), py::arg("process_set"), py::arg("in_place"));
+  m.def(
+      "allgather_async",
+      [](const at::Tensor& tensor, const std::string& name, int process_set) {
+        return Submitting([&] {
+          return default_context()->allgather_async(
+              tensor,
+              AllgatherOptions().name(name).process_set(process_set));
+        });
+      },
+      py::arg("tensor"), py::arg("name"), py::arg("process_set"));
+  m.def(
+      "alltoall_async",
+      [](const at::Tensor& tensor, std::vector<int64_t> splits,
+         const std::string& name, int process_set) {
+        return Submitting([&] {
+          return default_context()->alltoall_async(
+              tensor, AlltoallOptions()
+                          .name(name)
+                          .splits(std::move(splits))
+                          .process_set(process_set));
+        });
+      },
+      py::arg("tensor"), py::arg("splits"), py::arg("name"),
+      py::arg("process_set"));
+  m.def(
+      "reducescatter_async",
+      [](const at::Tensor& tensor, const std::string& name, int op,
+         double prescale, double postscale, int process_set) {
+        return Submitting([&] {
+          return default_context()->reducescatter_async(
+              tensor, ReducescatterOptions()
+                          .name(name)
+                          .op(ToOp(op))
+                          .prescale(prescale)
+                          .postscale(postscale)
+                          .process_set(process_set));
+        });
+      },
+      py::arg("tensor"), py::arg("name"), py::arg("op"), py::arg("prescale"),
+      py::arg("postscale"), py::arg("process_set"));
+  m.def(
+      "broadcast_bytes",
+      [](const py::bytes& data, int root, const std::string& name,
+         int process_set) {
+        std::string in = data;
+        std::string out;
+        {
+          py::gil_scoped_release release;
+          out = Submitting([&] {
+            return default_context()->broadcast_bytes(
+                in,
+                BroadcastOptions().name(name).root(root).process_set(
+                    process_set));
+          });
+        }
+        return py::bytes(out);
+      },
+      py::arg("data"), py::arg("root"), py::arg("name"),
+      py::arg("process_set"));
+  m.def(
+      "barrier", [](int process_set) { default_context()->barrier(process_set); },
+      py::arg("process_set"), py::call_guard<py::gil_scoped_release>());
+  m.def("join", [] { return default_context()->join(); },
+        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "add_process_set",
+      [](const std::vector<int>& ranks) {
+        return Submitting([&] { return default_context()->add_process_set(ranks); });
+      },
+      py::arg("ranks"), py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "process_set_ranks",
+      [](int id) { return default_context()->process_set_ranks(id); },
+      py::arg("process_set"));
+  m.def(
+      "start_timeline",
+      [](const std::string& path) {
+        absl::Status s = default_context()->runtime().StartTimeline(path);
+        if (!s.ok()) throw Error(s);
+      },
+      py::arg("path"));
+  m.def("stop_timeline", [] {
+    absl::Status s = default_context()->runtime().StopTimeline();
+    if (!s.ok()) throw Error(s);
+  });
+
+  py::class_<GradientReducer>(m, "GradientReducer")
+      .def(py::init([](std::vector<std::pair<std::string, at::Tensor>> params,
+                       int op, int backward_passes_per_step, int compression,
+                       double gradient_predivide_factor, bool sparse_as_dense,
+                       int num_groups,
+                       std::vector<std::vector<std::string>> groups,
+                       int process_set, const std::string& name_prefix) {
+             return Submitting([&] {
+               return std::make_unique<GradientReducer>(
+                   std::move(params),
+                   ReducerOptions(op, backward_passes_per_step, compression,
+                                  gradient_predivide_factor, sparse_as_dense,
+                                  num_groups, std::move(groups), process_set,
+                                  name_prefix));
+             });
+           }),
+           py::arg("parameters"), py::arg("op"),
+           py::arg("backward_passes_per_step"), py::arg("compression"),
+           py::arg("gradient_predivide_factor"), py::arg("sparse_as_dense"),
+           py::arg("num_groups"), py::arg("groups"), py::arg("process_set"),
+           py::arg("name_prefix"))
+      .def("synchronize", &GradientReducer::synchronize,
+           py::call_guard<py::gil_scoped_release>())
+      .def("skip_synchronize", &GradientReducer::skip_synchronize)
+      .def("before_step", &GradientReducer::BeforeStep,
+           py::call_guard<py::gil_scoped_release>())
+      .def("after_step", &GradientReducer::AfterStep)
+      .def("before_zero_grad", &GradientReducer::BeforeZeroGrad)
+      .def("names", &GradientReducer::names);
+}
