@@ -227,7 +227,7 @@ void ControlPlane::HandshakeLoop(std::string secret) {
       }
       // The proof reply is 32 bytes into an idle socket: does not block.
       auto channel = net::SecureChannel::ServerFinish(
-          std::move(h.socket), secret, h.server_nonce, h.answer,
+          h.socket, secret, h.server_nonce, h.answer,
           absl::Now() + absl::Seconds(1), kMaxControlFrame);
       if (!channel.ok()) continue;  // wrong secret: closed without a word
       std::shared_ptr<net::SecureChannel> shared(std::move(*channel));

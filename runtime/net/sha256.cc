@@ -115,6 +115,7 @@ __attribute__((target("sha,sse4.1,ssse3"))) void CompressShaExtensions(
     const __m128i abef_before = state0;
     const __m128i cdgh_before = state1;
     __m128i w[4];  // the schedule's last 16 words, four per register
+#pragma GCC unroll 16
     for (int group = 0; group < 16; ++group) {
       __m128i& current = w[group % 4];
       if (group < 4) {

@@ -81,6 +81,20 @@ TEST(Sha256Test, IncrementalUpdatesAgree) {
   }
 }
 
+// "abc" padded to one block (FIPS 180-4, 5.1.1) through the portable
+// compression function alone, whatever the CPU.
+TEST(Sha256Test, PortableCompressionOnTheAbcBlock) {
+  uint8_t block[Sha256::kBlockBytes] = {'a', 'b', 'c', 0x80};
+  block[63] = 24;  // the length in bits
+  uint32_t state[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                       0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  sha256_internal::CompressPortable(state, block, 1);
+  const std::vector<uint32_t> expected = {0xba7816bf, 0x8f01cfea, 0x414140de,
+                                          0x5dae2223, 0xb00361a3, 0x96177a9c,
+                                          0xb410ff61, 0xf20015ad};
+  EXPECT_EQ(std::vector<uint32_t>(state, state + 8), expected);
+}
+
 // The two compression functions agree on random blocks.
 TEST(Sha256Test, ShaExtensionsMatchThePortableCode) {
   if (!sha256_internal::HaveShaExtensions()) {
