@@ -86,8 +86,9 @@ TEST(TcpStoreTest, LargeValue) {
   std::string value(8 << 20, 'v');
   ASSERT_TRUE(client->Set("big", value).ok());
   EXPECT_TRUE(*client->Get("big", absl::Seconds(10)) == value);
-  // Over the 64 MiB frame cap: refused locally, connection still usable.
-  absl::Status st = client->Set("huge", std::string((64 << 20) + 1, 'h'));
+  // Over the store's frame cap: refused locally, connection still usable.
+  absl::Status st =
+      client->Set("huge", std::string(kMaxStoreFrameBytes + 1, 'h'));
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_TRUE(client->Set("small", "ok").ok());
 }
