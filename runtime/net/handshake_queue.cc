@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<HandshakeQueue>> HandshakeQueue::Create(
                      ::strerror_r(errno, buf, sizeof(buf))));
   }
   limits.max_pending = std::max<size_t>(limits.max_pending, 1);
-  return std::unique_ptr<HandshakeQueue>(new HandshakeQueue(
-      std::move(secret), max_frame_bytes, limits, epoll_fd));
+  return std::unique_ptr<HandshakeQueue>(
+      new HandshakeQueue(std::move(secret), max_frame_bytes, limits, epoll_fd));
 }
 
 HandshakeQueue::HandshakeQueue(std::string secret, size_t max_frame_bytes,

@@ -53,9 +53,9 @@ absl::Status FillRandom(void* data, size_t len) {
       if (err == EINTR) continue;
       char buf[256];
       // GNU strerror_r: thread-safe, returns a pointer that may not be buf.
-      return absl::InternalError(
-          absl::StrCat("getrandom failed: ", ::strerror_r(err, buf, sizeof(buf)),
-                       " (the kernel gives no randomness)"));
+      return absl::InternalError(absl::StrCat(
+          "getrandom failed: ", ::strerror_r(err, buf, sizeof(buf)),
+          " (the kernel gives no randomness)"));
     }
     p += got;
     len -= static_cast<size_t>(got);
@@ -111,9 +111,9 @@ std::string PeerName(const std::string& peer) {
 
 absl::Status HandshakeError(const absl::Status& status,
                             const std::string& peer) {
-  return absl::Status(status.code(), absl::StrCat("handshake with ",
-                                                  PeerName(peer), ": ",
-                                                  status.message()));
+  return absl::Status(
+      status.code(),
+      absl::StrCat("handshake with ", PeerName(peer), ": ", status.message()));
 }
 
 }  // namespace

@@ -104,12 +104,11 @@ __attribute__((target("sha,sse4.1,ssse3"))) void CompressShaExtensions(
   const __m128i kByteSwap =
       _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
   __m128i tmp = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0]));
-  __m128i state1 =
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
-  tmp = _mm_shuffle_epi32(tmp, 0xB1);           // CDAB
-  state1 = _mm_shuffle_epi32(state1, 0x1B);     // EFGH
+  __m128i state1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4]));
+  tmp = _mm_shuffle_epi32(tmp, 0xB1);                // CDAB
+  state1 = _mm_shuffle_epi32(state1, 0x1B);          // EFGH
   __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);  // ABEF
-  state1 = _mm_blend_epi16(state1, tmp, 0xF0);  // CDGH
+  state1 = _mm_blend_epi16(state1, tmp, 0xF0);       // CDGH
 
   for (; blocks > 0; --blocks, data += Sha256::kBlockBytes) {
     const __m128i abef_before = state0;
@@ -120,7 +119,8 @@ __attribute__((target("sha,sse4.1,ssse3"))) void CompressShaExtensions(
       __m128i& current = w[group % 4];
       if (group < 4) {
         current = _mm_shuffle_epi8(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * group)),
+            _mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(data + 16 * group)),
             kByteSwap);
       } else {
         // W[t] = W[t-16] + s0(W[t-15]) + W[t-7] + s1(W[t-2]), four at once.
@@ -181,8 +181,8 @@ CompressFunction Compress() {
 
 Sha256::Sha256()
     // FIPS 180-4, 5.3.3.
-    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f,
-             0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+    : state_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+             0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
 
 void Sha256::Update(const void* data, size_t len) {
   const uint8_t* p = static_cast<const uint8_t*>(data);

@@ -104,8 +104,7 @@ class ChangeNotifier {
 class TcpStoreServerImpl final : public TcpStoreServer {
  public:
   static absl::StatusOr<std::unique_ptr<TcpStoreServerImpl>> Create(
-      net::Listener listener, const std::string& secret,
-      ServerOptions options);
+      net::Listener listener, const std::string& secret, ServerOptions options);
   ~TcpStoreServerImpl() override;
 
   int port() const override { return port_; }
@@ -126,7 +125,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   struct Connection {
     uint64_t id = 0;
     std::unique_ptr<net::SecureChannel> channel;
-    std::string in;  // received, not yet taken as frames
+    std::string in;   // received, not yet taken as frames
     std::string out;  // the response being sent
     size_t out_sent = 0;
     bool eof = false;  // the peer will send no more
@@ -232,8 +231,7 @@ absl::StatusOr<std::unique_ptr<TcpStoreServerImpl>> TcpStoreServerImpl::Create(
 
 TcpStoreServerImpl::TcpStoreServerImpl(
     net::Listener listener, ServerOptions options,
-    std::unique_ptr<net::HandshakeQueue> handshakes, int epoll_fd,
-    int event_fd)
+    std::unique_ptr<net::HandshakeQueue> handshakes, int epoll_fd, int event_fd)
     : listener_(std::move(listener)),
       port_(listener_.port()),
       options_(std::move(options)),
@@ -283,7 +281,8 @@ void TcpStoreServerImpl::Loop() {
     absl::Time next = handshakes_->NextDeadline();
     if (!parked_.empty()) next = std::min(next, parked_.begin()->first);
     if (accept_resume_ > now) next = std::min(next, accept_resume_);
-    const int n = ::epoll_wait(epoll_fd_, events, 256, EpollTimeoutMs(next, now));
+    const int n =
+        ::epoll_wait(epoll_fd_, events, 256, EpollTimeoutMs(next, now));
     if (n < 0 && errno != EINTR) {
       // Only a bug (EBADF, EINVAL) gets here: serve no more, but let Stop()
       // find a thread that ended cleanly.
@@ -483,8 +482,8 @@ void TcpStoreServerImpl::Handle(Connection& c,
                               ? absl::InfiniteFuture()
                               : absl::Now() + c.parked_timeout;
       // A zero timeout looks once, as InMemoryStore does.
-      if (!TryAnswerParked(c, /*timed_out=*/c.parked_timeout <=
-                                  absl::ZeroDuration())) {
+      if (!TryAnswerParked(
+              c, /*timed_out=*/c.parked_timeout <= absl::ZeroDuration())) {
         parked_.emplace(c.parked_deadline, c.id);
       }
       return;
@@ -510,8 +509,7 @@ bool TcpStoreServerImpl::TryAnswerParked(Connection& c, bool timed_out) {
       return false;
     }
   } else {
-    std::vector<std::string> keys(request.keys().begin(),
-                                  request.keys().end());
+    std::vector<std::string> keys(request.keys().begin(), request.keys().end());
     std::vector<std::string> missing = state_->MissingKeys(keys);
     if (missing.empty()) {
       SetStatus(absl::OkStatus(), &response);

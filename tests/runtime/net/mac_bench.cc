@@ -42,9 +42,8 @@ std::string OpenSslFrameMac(EVP_MAC* algorithm, const std::string& key,
 template <typename F>
 double NanosPerCall(F&& f, size_t payload_bytes) {
   // Enough calls for ~0.3 s at either speed.
-  const int calls = static_cast<int>(
-      std::max<size_t>(200, std::min<size_t>(2000000, (300u << 20) /
-                                                          (payload_bytes + 64))));
+  const int calls = static_cast<int>(std::max<size_t>(
+      200, std::min<size_t>(2000000, (300u << 20) / (payload_bytes + 64))));
   volatile char sink = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < calls; ++i) sink = sink + f()[0];
@@ -72,8 +71,11 @@ int main() {
     }
     const double old_ns = NanosPerCall(
         [&] { return OpenSslFrameMac(algorithm, key, fields, payload); }, size);
-    const double new_ns =
-        NanosPerCall([&] { return session.Mac({fields, payload}); }, size);
+    const double new_ns = NanosPerCall(
+        [&] {
+          return session.Mac({fields, payload});
+        },
+        size);
     std::printf("%10zu %16.0f %16.0f %16.0f %7.2fx\n", size, old_ns, new_ns,
                 (size + 13) / new_ns * 1e3, old_ns / new_ns);
   }

@@ -432,8 +432,8 @@ TEST(SecureChannelTest, OpenRejectsWhatReceiveRejects) {
     frame.back() ^= 0x01;
     return frame;
   };
-  const std::vector<std::pair<const char*, std::function<std::string(
-                                               const std::string&)>>>
+  const std::vector<
+      std::pair<const char*, std::function<std::string(const std::string&)>>>
       attacks = {
           {"huge length",
            [](const std::string&) {

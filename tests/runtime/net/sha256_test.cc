@@ -23,7 +23,9 @@ std::string Hex(const Sha256::Digest& digest) {
       reinterpret_cast<const char*>(digest.data()), digest.size()));
 }
 
-std::string Bytes(const std::string& hex) { return absl::HexStringToBytes(hex); }
+std::string Bytes(const std::string& hex) {
+  return absl::HexStringToBytes(hex);
+}
 
 std::string OpenSslHmac(const std::string& key, const std::string& data) {
   unsigned char out[EVP_MAX_MD_SIZE];

@@ -228,8 +228,8 @@ TEST(SocketTest, ResetByPeerNamesThePeer) {
   const std::string peer = pair.server.PeerAddress();
   ASSERT_TRUE(absl::StartsWith(peer, "127.0.0.1:")) << peer;
   struct linger abort_on_close = {1, 0};
-  ASSERT_EQ(setsockopt(pair.client.fd(), SOL_SOCKET, SO_LINGER,
-                       &abort_on_close, sizeof(abort_on_close)),
+  ASSERT_EQ(setsockopt(pair.client.fd(), SOL_SOCKET, SO_LINGER, &abort_on_close,
+                       sizeof(abort_on_close)),
             0);
   pair.client.Close();
   char byte;

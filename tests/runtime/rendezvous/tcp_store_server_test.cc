@@ -166,8 +166,8 @@ TEST(TcpStoreServerTest, HeldUnauthenticatedConnectionsCostNoThread) {
     char nonce[32];
     // Each is accepted and gets its nonce (the newest within ~0.1 s, when
     // the oldest is old enough to make room).
-    ASSERT_TRUE(held.back().RecvAll(nonce, sizeof(nonce), In(absl::Seconds(10)))
-                    .ok())
+    ASSERT_TRUE(
+        held.back().RecvAll(nonce, sizeof(nonce), In(absl::Seconds(10))).ok())
         << i;
   }
   EXPECT_EQ(ThreadCount(), threads_before);
@@ -182,14 +182,13 @@ TEST(TcpStoreServerTest, HeldUnauthenticatedConnectionsCostNoThread) {
     }
     if (i == 0) first_closed_after = absl::Now() - opened[0];
   }
-  std::printf("closed %d of %d held connections; the oldest after %s\n",
-              closed, kHeld, absl::FormatDuration(first_closed_after).c_str());
+  std::printf("closed %d of %d held connections; the oldest after %s\n", closed,
+              kHeld, absl::FormatDuration(first_closed_after).c_str());
   EXPECT_EQ(closed, kHeld);
   // The oldest made room for newer ones long before its timeout.
   EXPECT_LT(first_closed_after, kHandshakeTimeout - absl::Seconds(1));
-  EXPECT_TRUE(WaitUntil(
-      [&] { return server->stats().pending_handshakes == 0; },
-      absl::Seconds(5)));
+  EXPECT_TRUE(WaitUntil([&] { return server->stats().pending_handshakes == 0; },
+                        absl::Seconds(5)));
   EXPECT_EQ(ThreadCount(), threads_before);
 }
 
@@ -239,7 +238,8 @@ TEST(TcpStoreServerTest, FloodDoesNotStopAuthenticatedClients) {
     std::shared_ptr<Store> fresh = Connect(*server);
     ASSERT_NE(fresh, nullptr) << "round " << rounds;
     for (Store* store : {before.get(), fresh.get()}) {
-      const std::string key = absl::StrCat("k", rounds, "-", store == fresh.get());
+      const std::string key =
+          absl::StrCat("k", rounds, "-", store == fresh.get());
       ASSERT_TRUE(store->Set(key, "v").ok());
       absl::StatusOr<std::string> got = store->Get(key, absl::Seconds(10));
       ASSERT_TRUE(got.ok()) << got.status();
@@ -251,10 +251,10 @@ TEST(TcpStoreServerTest, FloodDoesNotStopAuthenticatedClients) {
   }
   stop = true;
   for (std::thread& t : attackers) t.join();
-  std::printf("%d rounds of SET/GET/WAIT on an old and a new connection "
-              "during %lld connects/closes and %d held connections\n",
-              rounds, static_cast<long long>(churned.load()),
-              held_count.load());
+  std::printf(
+      "%d rounds of SET/GET/WAIT on an old and a new connection "
+      "during %lld connects/closes and %d held connections\n",
+      rounds, static_cast<long long>(churned.load()), held_count.load());
   // The test's own three attackers; nothing of the server's.
   EXPECT_EQ(max_threads, threads_before + 3);
   EXPECT_GT(churned.load(), 1000);
@@ -283,8 +283,9 @@ TEST(TcpStoreServerTest, ParkedWaitIsAnsweredBySetThroughLocal) {
   std::shared_ptr<Store> waiter = Connect(*server);
   ASSERT_NE(waiter, nullptr);
   absl::Status waited = absl::UnknownError("not run");
-  std::thread waiting(
-      [&] { waited = waiter->Wait({"a", "b"}, absl::Seconds(60)); });
+  std::thread waiting([&] {
+    waited = waiter->Wait({"a", "b"}, absl::Seconds(60));
+  });
   ASSERT_TRUE(WaitUntil([&] { return server->stats().parked_requests == 1; },
                         absl::Seconds(10)));
   ASSERT_TRUE(server->local()->Set("a", "1").ok());
@@ -370,8 +371,9 @@ TEST(TcpStoreServerTest, StopWithParkedRequestsReturnsPromptly) {
   std::vector<std::thread> waiting;
   for (int i = 0; i < kWaiters; ++i) {
     waiting.emplace_back([&, i] {
-      results[i] = i == 0 ? clients[i]->Get("never", absl::Seconds(300)).status()
-                          : clients[i]->Wait({"never"}, absl::Seconds(300));
+      results[i] = i == 0
+                       ? clients[i]->Get("never", absl::Seconds(300)).status()
+                       : clients[i]->Wait({"never"}, absl::Seconds(300));
     });
   }
   absl::Status local_result = absl::UnknownError("not run");
@@ -424,7 +426,8 @@ TEST(TcpStoreServerTest, HostileBytesCloseOnlyTheirConnection) {
   }
   {  // Just over the store's 16 MiB cap.
     RawClient raw = RawAuthenticated(*server);
-    SendRaw(raw.socket, BigEndian(kMaxStoreFrameBytes + 1, 4) + BigEndian(0, 8));
+    SendRaw(raw.socket,
+            BigEndian(kMaxStoreFrameBytes + 1, 4) + BigEndian(0, 8));
     EXPECT_TRUE(ClosedBy(raw.socket, In(absl::Seconds(1)))) << "over the cap";
   }
   {  // A wrong MAC.
@@ -444,7 +447,8 @@ TEST(TcpStoreServerTest, HostileBytesCloseOnlyTheirConnection) {
   }
   {  // Authenticated garbage is answered (InvalidArgument), not fatal.
     RawClient raw = RawAuthenticated(*server);
-    SendRaw(raw.socket, EncodeFrame(raw.key, 1, raw.send_seq++, "\xff\xff\xff"));
+    SendRaw(raw.socket,
+            EncodeFrame(raw.key, 1, raw.send_seq++, "\xff\xff\xff"));
     wire::StoreResponse response = raw.Read();
     EXPECT_EQ(response.code(),
               static_cast<int>(absl::StatusCode::kInvalidArgument));
@@ -511,8 +515,8 @@ TEST(TcpStoreServerTest, OutOfDescriptorsPausesAccepting) {
   for (int fd : fillers) close(fd);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
   EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
-  const double cpu_s = (cpu1.tv_sec - cpu0.tv_sec) +
-                       (cpu1.tv_nsec - cpu0.tv_nsec) / 1e9;
+  const double cpu_s =
+      (cpu1.tv_sec - cpu0.tv_sec) + (cpu1.tv_nsec - cpu0.tv_nsec) / 1e9;
   std::printf("CPU used in 1 s out of descriptors: %.3f s\n", cpu_s);
   EXPECT_LT(cpu_s, 0.2);
   // Descriptors again: the connection is taken and gets its nonce.
