@@ -152,12 +152,14 @@ std::vector<std::unique_ptr<SecureChannel>> HandshakeQueue::Process(
     const int n = ::epoll_wait(epoll_fd_, events, 64, 0);
     if (n <= 0) break;  // Nothing ready (or EINTR: the caller polls again).
     for (int i = 0; i < n; ++i) {
-      auto found = by_id_.find(events[i].data.u64);
+      // A copy: epoll_event is packed, its u64 misaligned for a reference.
+      const uint64_t id = events[i].data.u64;
+      auto found = by_id_.find(id);
       if (found == by_id_.end()) continue;
       try {
         Read(found->second, &done);
       } catch (const std::bad_alloc&) {
-        auto again = by_id_.find(events[i].data.u64);
+        auto again = by_id_.find(id);
         if (again != by_id_.end()) Drop(again->second);
       }
     }

@@ -143,6 +143,8 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   absl::Status Register(int fd, uint64_t id, uint32_t events);
 
   void Loop();
+  // One turn of the loop: wait, handle what is ready. False once stopped.
+  bool Turn();
   void AcceptSome(absl::Time now);
   void SetAccepting(bool accepting);
   void AddConnection(std::unique_ptr<net::SecureChannel> channel);
@@ -158,6 +160,10 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   void UpdateInterest(Connection& c);
   void Unpark(Connection& c);
   void Close(uint64_t id);
+  // Runs `f` on connection `id` if it is still open; a connection that runs
+  // out of memory is closed, the others carry on.
+  template <typename F>
+  void ForConnection(uint64_t id, F&& f);
   void WakeParked();
   void ExpireParked(absl::Time now);
   void Shutdown();
@@ -274,71 +280,75 @@ void TcpStoreServerImpl::Stop() {
 }
 
 void TcpStoreServerImpl::Loop() {
-  struct epoll_event events[256];
   for (;;) {
-    absl::Time now = absl::Now();
-    SetAccepting(accept_resume_ <= now && handshakes_->HasRoom(now));
-    absl::Time next = handshakes_->NextDeadline();
-    if (!parked_.empty()) next = std::min(next, parked_.begin()->first);
-    if (accept_resume_ > now) next = std::min(next, accept_resume_);
-    const int n =
-        ::epoll_wait(epoll_fd_, events, 256, EpollTimeoutMs(next, now));
-    if (n < 0 && errno != EINTR) {
-      // Only a bug (EBADF, EINVAL) gets here: serve no more, but let Stop()
-      // find a thread that ended cleanly.
-      std::fprintf(stderr, "kolo: rendezvous store: epoll_wait: %s\n",
-                   ErrnoText(errno).c_str());
-      Shutdown();
-      return;
+    try {
+      if (!Turn()) return;
+    } catch (const std::bad_alloc&) {
+      // Outside any one connection (the list of parked requests, say):
+      // nothing was half done that the next turn cannot redo.
     }
-    now = absl::Now();
-    bool handshakes_ready = handshakes_->NextDeadline() <= now;
-    for (int i = 0; i < n; ++i) {
-      const uint64_t id = events[i].data.u64;
-      if (id == kWakeId) {
-        uint64_t count;
-        (void)!::read(event_fd_, &count, sizeof(count));
-        // A change through local(), or Stop(); parked requests are checked
-        // below either way.
-        changed_ = true;
-      } else if (id == kListenerId) {
-        AcceptSome(now);
-      } else if (id == kHandshakesId) {
-        handshakes_ready = true;
-      } else {
-        auto it = connections_.find(id);
-        if (it == connections_.end()) continue;
-        try {
-          HandleEvents(*it->second, events[i].events);
-        } catch (const std::bad_alloc&) {
-          Close(id);  // No memory for this connection's buffers.
-        }
-      }
-    }
-    if (stop_requested_.load()) {
-      Shutdown();
-      return;
-    }
-    if (handshakes_ready) {
-      std::vector<std::unique_ptr<net::SecureChannel>> done;
-      try {
-        done = handshakes_->Process(now);
-      } catch (const std::bad_alloc&) {
-        // The queue closed what it could not hold; try again next turn.
-      }
-      for (auto& channel : done) AddConnection(std::move(channel));
-    }
-    // A request answered here may let its connection's next request change
-    // the store again: loop until nothing changes.
-    while (changed_) {
-      changed_ = false;
-      WakeParked();
-    }
-    ExpireParked(absl::Now());
-    stat_connections_.store(static_cast<int64_t>(connections_.size()));
-    stat_pending_.store(static_cast<int64_t>(handshakes_->pending()));
-    stat_parked_.store(static_cast<int64_t>(parked_.size()));
   }
+}
+
+bool TcpStoreServerImpl::Turn() {
+  struct epoll_event events[256];
+  absl::Time now = absl::Now();
+  SetAccepting(accept_resume_ <= now && handshakes_->HasRoom(now));
+  absl::Time next = handshakes_->NextDeadline();
+  if (!parked_.empty()) next = std::min(next, parked_.begin()->first);
+  if (accept_resume_ > now) next = std::min(next, accept_resume_);
+  const int n = ::epoll_wait(epoll_fd_, events, 256, EpollTimeoutMs(next, now));
+  if (n < 0 && errno != EINTR) {
+    // Only a bug (EBADF, EINVAL) gets here: serve no more, but let Stop()
+    // find a thread that ended cleanly.
+    std::fprintf(stderr, "kolo: rendezvous store: epoll_wait: %s\n",
+                 ErrnoText(errno).c_str());
+    Shutdown();
+    return false;
+  }
+  now = absl::Now();
+  bool handshakes_ready = handshakes_->NextDeadline() <= now;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t id = events[i].data.u64;
+    if (id == kWakeId) {
+      uint64_t count;
+      (void)!::read(event_fd_, &count, sizeof(count));
+      // A change through local(), or Stop(); parked requests are checked
+      // below either way.
+      changed_ = true;
+    } else if (id == kListenerId) {
+      AcceptSome(now);
+    } else if (id == kHandshakesId) {
+      handshakes_ready = true;
+    } else {
+      const uint32_t ready = events[i].events;
+      ForConnection(id, [&](Connection& c) { HandleEvents(c, ready); });
+    }
+  }
+  if (stop_requested_.load()) {
+    Shutdown();
+    return false;
+  }
+  if (handshakes_ready) {
+    std::vector<std::unique_ptr<net::SecureChannel>> done;
+    try {
+      done = handshakes_->Process(now);
+    } catch (const std::bad_alloc&) {
+      // The queue closed what it could not hold; try again next turn.
+    }
+    for (auto& channel : done) AddConnection(std::move(channel));
+  }
+  // A request answered here may let its connection's next request change
+  // the store again: loop until nothing changes.
+  while (changed_) {
+    changed_ = false;
+    WakeParked();
+  }
+  ExpireParked(absl::Now());
+  stat_connections_.store(static_cast<int64_t>(connections_.size()));
+  stat_pending_.store(static_cast<int64_t>(handshakes_->pending()));
+  stat_parked_.store(static_cast<int64_t>(parked_.size()));
+  return true;
 }
 
 void TcpStoreServerImpl::SetAccepting(bool accepting) {
@@ -604,31 +614,42 @@ void TcpStoreServerImpl::Close(uint64_t id) {
   connections_.erase(it);  // The channel closes its socket.
 }
 
+template <typename F>
+void TcpStoreServerImpl::ForConnection(uint64_t id, F&& f) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  try {
+    f(*it->second);
+  } catch (const std::bad_alloc&) {
+    Close(id);  // No memory for this connection's buffers or messages.
+  }
+}
+
 void TcpStoreServerImpl::WakeParked() {
   std::vector<uint64_t> ids;
   ids.reserve(parked_.size());
   for (const auto& [deadline, id] : parked_) ids.push_back(id);
   for (uint64_t id : ids) {
-    auto it = connections_.find(id);
-    if (it == connections_.end() || !it->second->parked) continue;
-    Connection& c = *it->second;
-    if (TryAnswerParked(c, /*timed_out=*/false) && connections_.count(id)) {
-      Pump(c);
-    }
+    ForConnection(id, [&](Connection& c) {
+      if (c.parked && TryAnswerParked(c, /*timed_out=*/false) &&
+          connections_.count(id)) {
+        Pump(c);
+      }
+    });
   }
 }
 
 void TcpStoreServerImpl::ExpireParked(absl::Time now) {
   while (!parked_.empty() && parked_.begin()->first <= now) {
     const uint64_t id = parked_.begin()->second;
-    auto it = connections_.find(id);
-    if (it == connections_.end()) {
+    if (connections_.count(id) == 0) {
       parked_.erase(parked_.begin());
       continue;
     }
-    Connection& c = *it->second;
-    TryAnswerParked(c, /*timed_out=*/true);
-    if (connections_.count(id)) Pump(c);
+    ForConnection(id, [&](Connection& c) {
+      TryAnswerParked(c, /*timed_out=*/true);
+      if (connections_.count(id)) Pump(c);
+    });
   }
   while (changed_) {  // An answered connection's next request set a key.
     changed_ = false;
