@@ -467,25 +467,12 @@ absl::StatusOr<Socket> Listener::Accept(absl::Time deadline) {
       }
       continue;
     }
-    struct sockaddr_storage ss;
-    socklen_t ss_len = sizeof(ss);
-    int fd = ::accept4(fd_, reinterpret_cast<struct sockaddr*>(&ss), &ss_len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      SetNoDelay(fd);
-      leave();
-      return Socket(fd, SockaddrToString(ss));
-    }
-    int err = errno;
+    absl::StatusOr<Socket> socket = TryAccept();
     // The connection may have gone away between poll and accept, or another
     // thread took it: wait again.
-    if (err == EINTR || err == EAGAIN || err == EWOULDBLOCK ||
-        err == ECONNABORTED || err == EPROTO) {
-      continue;
-    }
+    if (socket.ok() && !socket->valid()) continue;
     leave();
-    return absl::UnavailableError(
-        absl::StrCat("accept on ", where, ": ", ErrnoText(err)));
+    return socket;
   }
 }
 

@@ -2,8 +2,6 @@
 // (Note [Unauthenticated connections cost no thread]): they cost no thread,
 // at most 256 are held, each is closed at the handshake timeout, and a rank
 // that holds the secret still joins in the middle of them.
-#include <dirent.h>
-
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,22 +13,14 @@
 #include "kolo/store.h"
 #include "runtime/control/control_plane.h"
 #include "runtime/net/socket.h"
+#include "tests/testing/threads.h"
 
 namespace kolo {
 namespace {
 
 constexpr char kSecret[] = "control-listener-test-secret-0123456789";
 
-int ThreadCount() {
-  int count = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (struct dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  closedir(dir);
-  return count;
-}
+using ::kolo::testing::ThreadCount;
 
 absl::StatusOr<std::unique_ptr<ControlPlane>> CreatePlane(
     int rank, std::shared_ptr<Store> store) {

@@ -4,7 +4,6 @@
 #include "runtime/net/sha256.h"
 
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <cstdint>
 #include <random>
@@ -13,6 +12,7 @@
 
 #include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
+#include "tests/testing/raw_protocol.h"
 
 namespace kolo {
 namespace net {
@@ -25,15 +25,6 @@ std::string Hex(const Sha256::Digest& digest) {
 
 std::string Bytes(const std::string& hex) {
   return absl::HexStringToBytes(hex);
-}
-
-std::string OpenSslHmac(const std::string& key, const std::string& data) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
-       &len);
-  return std::string(reinterpret_cast<char*>(out), len);
 }
 
 std::string OpenSslSha256(const std::string& data) {
@@ -168,7 +159,7 @@ TEST(HmacSha256Test, AgreesWithOpenSslOnRandomInputs) {
     const std::string b = random_bytes(rng() % 5000);
     const std::string c = random_bytes(rng() % 70);
     const HmacSha256 hmac(key);
-    const std::string expected = OpenSslHmac(key, a + b + c);
+    const std::string expected = ::kolo::testing::Hmac(key, a + b + c);
     ASSERT_EQ(hmac.MacString({a, b, c}), expected) << "trial " << trial;
     // The precomputed state is reused, not consumed.
     ASSERT_EQ(hmac.MacString({a + b + c}), expected) << "trial " << trial;

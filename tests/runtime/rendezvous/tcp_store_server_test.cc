@@ -2,7 +2,6 @@
 // store connection] in runtime/rendezvous/tcp_store.h): connections cost no
 // thread, unauthenticated ones are bounded and timed out, parked requests
 // are answered by changes from anywhere, in order, and Stop() ends them.
-#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -26,7 +25,9 @@
 #include "runtime/rendezvous/in_memory_store.h"
 #include "runtime/rendezvous/tcp_store.h"
 #include "runtime/wire.pb.h"
+#include "tests/runtime/rendezvous/tcp_store_testing.h"
 #include "tests/testing/raw_protocol.h"
+#include "tests/testing/threads.h"
 
 namespace kolo {
 namespace rendezvous {
@@ -35,34 +36,12 @@ namespace {
 using ::kolo::testing::BigEndian;
 using ::kolo::testing::EncodeFrame;
 
-constexpr char kSecret[] = "tcp-store-server-test-secret";
+using ::kolo::rendezvous::testing::Connect;
+using ::kolo::rendezvous::testing::kSecret;
+using ::kolo::rendezvous::testing::StartServer;
+using ::kolo::testing::ThreadCount;
 
 absl::Time In(absl::Duration d) { return absl::Now() + d; }
-
-std::unique_ptr<TcpStoreServer> StartServer(ServerOptions options = {}) {
-  absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-      TcpStoreServer::Start("127.0.0.1", 0, kSecret, std::move(options));
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? std::move(*server) : nullptr;
-}
-
-std::shared_ptr<Store> Connect(const TcpStoreServer& server) {
-  absl::StatusOr<std::shared_ptr<Store>> client =
-      ConnectTcpStore("127.0.0.1", server.port(), kSecret, absl::Seconds(10));
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *client : nullptr;
-}
-
-int ThreadCount() {
-  int count = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (struct dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  closedir(dir);
-  return count;
-}
 
 // Waits for a condition that another thread brings about (the server's
 // stats), checking every millisecond; false at the deadline.
@@ -467,7 +446,7 @@ TEST(TcpStoreServerTest, OnChangeRunsAfterEverySetAndAdd) {
   std::atomic<int> changes{0};
   ServerOptions options;
   options.on_change = [&] { ++changes; };
-  std::unique_ptr<TcpStoreServer> server = StartServer(options);
+  std::unique_ptr<TcpStoreServer> server = StartServer(0, options);
   std::shared_ptr<Store> client = Connect(*server);
   ASSERT_NE(client, nullptr);
   // Called before the response goes out: counted when the call returns.
