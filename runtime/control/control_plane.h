@@ -18,7 +18,14 @@
 // them flowing while the background thread is inside a long collective.
 //
 // Threads: Send*/Broadcast may be called from any thread; TakeEvents from
-// the background thread; Close from any thread.
+// the background thread; Close from any thread. The plane's own threads
+// (readers, heartbeats, the coordinator's listen thread) may still run while
+// a program that gave up after an error exits: they touch only the plane's
+// own memory, kolo's HMAC (Note [No library state on kolo's threads] in
+// runtime/net/sha256.h), absl's clock (constant-initialised, never
+// destroyed) and generated protobuf messages (whose default instances are
+// never destroyed), none of which exit tears down, besides what the
+// callbacks touch (the runtime's to keep safe).
 #ifndef KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 #define KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 
@@ -121,7 +128,6 @@ class ControlPlane {
   // Starts `body` on a thread of threads_; false (and the reason in
   // *error) when the system has no thread to give. Requires mu_.
   bool StartThreadLocked(std::function<void()> body, absl::Status* error);
-  void ServeAuthenticated(std::shared_ptr<net::SecureChannel> channel);
   void ReadLoop(int peer_rank, net::SecureChannel* channel);
   void PeerLost(int peer_rank, const std::string& reason);
   void Push(int from_rank, wire::ControlMessage message);

@@ -201,6 +201,7 @@ TEST(StoreFlood, KolorunSurvivesAFloodOfItsStorePort) {
   ASSERT_TRUE(job->WaitFor("READY rank 1 ", 60)) << job->output();
   const pid_t kolorun = job->pid();
   const int threads_at_start = ThreadsOf(kolorun);
+  const long rss_at_start = RssKb(kolorun);
 
   std::atomic<bool> flooding{true};
   std::atomic<int> max_threads{0};
@@ -238,6 +239,7 @@ TEST(StoreFlood, KolorunSurvivesAFloodOfItsStorePort) {
   }
   for (std::thread& t : churners) t.join();
   const size_t held_count = held.size();
+  const long rss_growth = RssKb(kolorun) - rss_at_start;
   held.clear();
   flooding = false;
   sampler.join();
@@ -251,10 +253,15 @@ TEST(StoreFlood, KolorunSurvivesAFloodOfItsStorePort) {
       static_cast<long long>(churned.load()),
       absl::FormatDuration(kChurn).c_str(), held_count, threads_at_start,
       max_threads.load());
+  std::printf("store flood: kolorun's resident memory grew by %ld kB\n",
+              rss_growth);
   if (cgroup) {
-    std::printf("store flood: the cgroup's tasks peaked at %d of %d (%s)\n",
-                max_tasks.load(), kPidsMax,
-                ReadFile(cgroup->dir + "/pids.events").c_str());
+    std::string events = ReadFile(cgroup->dir + "/pids.events");
+    while (!events.empty() && events.back() == '\n') events.pop_back();
+    std::printf(
+        "store flood: the cgroup's tasks peaked at %d of %d "
+        "(pids.events: %s)\n",
+        max_tasks.load(), kPidsMax, events.c_str());
   }
   EXPECT_EQ(code, 0) << job->output();
   EXPECT_THAT(job->output(), HasSubstr("EXACT rank 0 "));
@@ -264,6 +271,7 @@ TEST(StoreFlood, KolorunSurvivesAFloodOfItsStorePort) {
   EXPECT_GT(churned.load(), 1000);
   EXPECT_GT(max_threads.load(), 0);
   EXPECT_LE(max_threads.load(), kMaxKolorunThreads);
+  EXPECT_LT(rss_growth, 10 * 1024);  // as RELIABILITY.md 9 asks
   std::smatch iterations;
   if (std::regex_search(job->output(), iterations,
                         std::regex("EXACT rank 0 iterations (\\d+)"))) {
