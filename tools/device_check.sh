@@ -18,8 +18,8 @@
 #   bin/       the test binaries and kolorun
 #   lib/       libkolo_core.so.0 and every shared library they need that is
 #              neither glibc, libstdc++/libgcc nor CUDA/NCCL (Debian's abseil,
-#              protobuf, gloo, OpenSSL's libcrypto, hiredis, ibverbs, and the
-#              Bazel-built libraries of the test binaries)
+#              protobuf, gloo, hiredis, ibverbs, and the Bazel-built
+#              libraries of the test binaries; kolo needs no OpenSSL)
 #   include/   kolo's public headers (kolo/, kolo/torch/) and abseil's
 #   src/       the LibTorch frontend's sources (frontends/torch/*.cc)
 #   project/   tests/device: a CMake project building the frontend and
@@ -48,7 +48,7 @@
 #   - abseil: no clash possible; Debian's abseil lives in the inline
 #     namespace absl::debian3, and every abseil inline/template instance
 #     compiled into libkolo_core.so is local (version script).
-#   - libcrypto.so.3: symbols carry OpenSSL's version nodes; no clash.
+#   - OpenSSL: not used by kolo (its HMAC is runtime/net/sha256.h).
 #   - libprotobuf.so.32 (3.21) and libgloo.so.0 (0.5): unversioned names in
 #     google::protobuf:: and gloo::. PyTorch links its own protobuf and gloo
 #     into libtorch_cpu.so. If that library exports the same names, the

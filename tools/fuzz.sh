@@ -16,20 +16,15 @@ status=0
 for t in "${targets[@]}"; do
   corpus="$(mktemp -d)"
   log="$(mktemp)"
-  extra=()
-  # store_fuzzer talks to a server whose connection threads end after the
-  # input returns; their OpenSSL per-thread state is freed by then, but the
-  # per-input leak check runs before, and the exit-time check can run while
-  # the last thread is still ending. Leaks are checked by the other targets
-  # and by the ASan test run (tcp_store_test).
-  asan_options=""
-  if [ "$t" = store_fuzzer ]; then
-    extra=(-detect_leaks=0)
-    asan_options="detect_leaks=0"
-  fi
-  ASAN_OPTIONS="$asan_options" "$bin/tests/fuzz/$t" -max_total_time="$seconds" \
+  # UBSan only reports by default; for store_fuzzer undefined behaviour
+  # counts as a crash. (wire_fuzzer still finds a signed overflow in
+  # runtime/validation.cc's element count of a forged shape: until that is
+  # fixed, its UBSan reports only print.)
+  ubsan_options=""
+  [ "$t" = store_fuzzer ] && ubsan_options="halt_on_error=1:print_stacktrace=1"
+  UBSAN_OPTIONS="$ubsan_options" "$bin/tests/fuzz/$t" -max_total_time="$seconds" \
     -print_final_stats=1 -timeout=10 -artifact_prefix="$corpus/" \
-    "${extra[@]}" "$corpus" >"$log" 2>&1
+    "$corpus" >"$log" 2>&1
   rc=$?
   runs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -oE '[0-9]+$')
   if [ $rc -eq 0 ]; then

@@ -7,6 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <functional>
+#include <new>
+#include <system_error>
 
 #include "runtime/format.h"
 #include "absl/strings/numbers.h"
@@ -25,10 +29,35 @@ constexpr absl::Duration kHandshakeTimeout = absl::Seconds(3);
 // peer from making us allocate much.
 constexpr size_t kMaxControlFrame = 64u << 20;
 
+// Out of descriptors on accept: how long the listener rests.
+constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
+// Accepts per turn of the listen loop (see the store's kAcceptsPerTurn).
+constexpr int kAcceptsPerTurn = 16;
+
 std::string Serialize(const wire::ControlMessage& m) {
   std::string bytes;
   m.SerializeToString(&bytes);
   return bytes;
+}
+
+// std::thread's constructor throws when the system has no thread to give
+// (EAGAIN under a pids limit or RLIMIT_NPROC): an error, never an abort.
+absl::Status ThreadError(absl::string_view what, const std::system_error& e) {
+  return absl::ResourceExhaustedError(
+      absl::StrCat("control channel: cannot start ", what, ": ", e.what()));
+}
+
+std::string ErrnoText(int err) {
+  char buf[256];
+  return ::strerror_r(err, buf, sizeof(buf));  // GNU: thread-safe
+}
+
+int PollTimeoutMs(absl::Time deadline, absl::Time now) {
+  if (deadline == absl::InfiniteFuture()) return -1;
+  if (deadline <= now) return 0;
+  const int64_t ms = absl::ToInt64Milliseconds(
+      absl::Ceil(deadline - now, absl::Milliseconds(1)));
+  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
 }
 
 }  // namespace
@@ -51,14 +80,21 @@ absl::StatusOr<std::unique_ptr<ControlPlane>> ControlPlane::Create(
     ControlCallbacks callbacks, Liveness liveness) {
   std::unique_ptr<ControlPlane> plane(
       new ControlPlane(rank, size, std::move(callbacks), liveness));
-  absl::Status s = rank == 0
-                       ? plane->StartCoordinator(store, secret, bind_addr, deadline)
-                       : plane->StartRank(store, secret, deadline);
+  absl::Status s =
+      rank == 0 ? plane->StartCoordinator(store, secret, bind_addr, deadline)
+                : plane->StartRank(store, secret, deadline);
+  if (s.ok()) {
+    try {
+      plane->heartbeat_thread_ =
+          std::thread(&ControlPlane::HeartbeatLoop, plane.get());
+    } catch (const std::system_error& e) {
+      s = ThreadError("the heartbeat thread", e);
+    }
+  }
   if (!s.ok()) {
     plane->Close();
     return s;
   }
-  plane->heartbeat_thread_ = std::thread(&ControlPlane::HeartbeatLoop, plane.get());
   return plane;
 }
 
@@ -91,19 +127,27 @@ absl::Status ControlPlane::StartCoordinator(std::shared_ptr<Store> store,
   auto listener = net::Listener::Bind(bind_addr, 0);
   if (!listener.ok()) return listener.status();
   listener_ = std::make_unique<net::Listener>(std::move(*listener));
+  auto handshakes = net::HandshakeQueue::Create(secret, kMaxControlFrame);
+  if (!handshakes.ok()) return handshakes.status();
+  handshakes_ = std::move(*handshakes);
   if (pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return absl::InternalError("cannot create a pipe");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "control channel: cannot create a pipe: ", ErrnoText(errno)));
   }
-  accept_thread_ = std::thread(&ControlPlane::AcceptLoop, this);
-  handshake_thread_ = std::thread(&ControlPlane::HandshakeLoop, this, secret);
+  try {
+    listen_thread_ = std::thread(&ControlPlane::ListenLoop, this);
+  } catch (const std::system_error& e) {
+    return ThreadError("the listen thread", e);
+  }
   absl::Status s = store->Set(
       kAddressKey, absl::StrCat(listener_->addr(), ":", listener_->port()));
   if (!s.ok()) return s;
 
   std::unique_lock<std::mutex> lock(mu_);
   while (joined_ < size_ - 1) {
-    if (joined_cv_.wait_for(lock, absl::ToChronoNanoseconds(
-                                      deadline - absl::Now())) ==
+    if (!start_error_.ok()) return start_error_;
+    if (joined_cv_.wait_for(
+            lock, absl::ToChronoNanoseconds(deadline - absl::Now())) ==
             std::cv_status::timeout &&
         absl::Now() >= deadline && joined_ < size_ - 1) {
       std::vector<int> missing;
@@ -151,97 +195,89 @@ absl::Status ControlPlane::StartRank(std::shared_ptr<Store> store,
   if (!s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   channels_[0] = shared;
-  threads_.emplace_back(&ControlPlane::ReadLoop, this, 0, shared.get());
+  absl::Status started;
+  if (!StartThreadLocked([this, shared] { ReadLoop(0, shared.get()); },
+                         &started)) {
+    return started;
+  }
   return absl::OkStatus();
 }
 
-void ControlPlane::AcceptLoop() {
-  while (!closed_) {
-    auto socket = listener_->Accept(absl::InfiniteFuture());
-    if (!socket.ok()) {
-      if (closed_) return;
-      continue;
-    }
-    const absl::Time now = absl::Now();
-    // 32 bytes into a fresh connection's send buffer: does not block.
-    auto nonce = net::SecureChannel::ServerHello(*socket, now + absl::Seconds(1));
-    if (!nonce.ok()) continue;
-    {
-      std::lock_guard<std::mutex> lock(handshake_mu_);
-      handed_over_.push_back(
-          {std::move(*socket), std::move(*nonce), "", now + kHandshakeTimeout});
-    }
-    char byte = 1;
-    (void)!write(wake_pipe_[1], &byte, 1);
+bool ControlPlane::StartThreadLocked(std::function<void()> body,
+                                     absl::Status* error) {
+  try {
+    threads_.emplace_back(std::move(body));
+    return true;
+  } catch (const std::system_error& e) {
+    *error = ThreadError("a reader thread", e);
+  } catch (const std::bad_alloc&) {
+    *error = absl::ResourceExhaustedError(
+        "control channel: no memory for a reader thread");
   }
+  return false;
 }
 
-void ControlPlane::HandshakeLoop(std::string secret) {
-  std::vector<PendingHandshake> pending;
+void ControlPlane::ListenLoop() {
+  absl::Time accept_resume = absl::InfinitePast();
   while (!closed_) {
-    {
-      std::lock_guard<std::mutex> lock(handshake_mu_);
-      for (auto& h : handed_over_) pending.push_back(std::move(h));
-      handed_over_.clear();
+    absl::Time now = absl::Now();
+    const bool accepting = accept_resume <= now && handshakes_->HasRoom(now);
+    absl::Time next = handshakes_->NextDeadline();
+    if (accept_resume > now) next = std::min(next, accept_resume);
+    pollfd fds[3] = {
+        {wake_pipe_[0], POLLIN, 0},
+        {handshakes_->fd(), POLLIN, 0},
+        {listener_->fd(), static_cast<short>(accepting ? POLLIN : 0), 0}};
+    if (poll(fds, 3, PollTimeoutMs(next, now)) < 0 && errno != EINTR) {
+      // Only a bug gets here (EFAULT, EINVAL): accept no more ranks.
+      std::lock_guard<std::mutex> lock(mu_);
+      start_error_ = absl::InternalError(
+          absl::StrCat("control channel: poll: ", ErrnoText(errno)));
+      joined_cv_.notify_all();
+      return;
     }
-    const absl::Time now = absl::Now();
-    absl::Time next = absl::InfiniteFuture();
-    std::vector<pollfd> fds = {{wake_pipe_[0], POLLIN, 0}};
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->deadline <= now) {
-        it = pending.erase(it);  // late: closed, nothing parsed
-        continue;
-      }
-      next = std::min(next, it->deadline);
-      fds.push_back({it->socket.fd(), POLLIN, 0});
-      ++it;
-    }
-    const int timeout_ms =
-        next == absl::InfiniteFuture()
-            ? -1
-            : static_cast<int>(absl::ToInt64Milliseconds(next - now)) + 1;
-    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) return;
     if (fds[0].revents) {
       char drain[64];
       while (read(wake_pipe_[0], drain, sizeof(drain)) > 0) {
       }
+      continue;  // Close(): the loop condition says whether to stop.
     }
-    std::vector<PendingHandshake> still;
-    for (size_t i = 0; i < pending.size(); ++i) {
-      PendingHandshake& h = pending[i];
-      if (fds[i + 1].revents == 0) {
-        still.push_back(std::move(h));
-        continue;
+    now = absl::Now();
+    if (fds[2].revents) {
+      for (int i = 0; i < kAcceptsPerTurn && handshakes_->HasRoom(now); ++i) {
+        absl::StatusOr<net::Socket> socket = listener_->TryAccept();
+        if (!socket.ok()) {
+          accept_resume = now + kAcceptPause;  // Out of descriptors: rest.
+          break;
+        }
+        if (!socket->valid()) break;
+        handshakes_->Add(std::move(*socket), now);
       }
-      char buf[net::SecureChannel::kClientAnswerBytes];
-      const size_t want = sizeof(buf) - h.answer.size();
-      const ssize_t got = recv(h.socket.fd(), buf, want, MSG_DONTWAIT);
-      if (got < 0 && (errno == EAGAIN || errno == EINTR)) {
-        still.push_back(std::move(h));
-        continue;
-      }
-      if (got <= 0) continue;  // closed or broken: dropped
-      h.answer.append(buf, got);
-      if (h.answer.size() < sizeof(buf)) {
-        still.push_back(std::move(h));
-        continue;
-      }
-      // The proof reply is 32 bytes into an idle socket: does not block.
-      auto channel = net::SecureChannel::ServerFinish(
-          std::move(h.socket), secret, h.server_nonce, h.answer,
-          absl::Now() + absl::Seconds(1), kMaxControlFrame);
-      if (!channel.ok()) continue;  // wrong secret: closed without a word
-      std::shared_ptr<net::SecureChannel> shared(std::move(*channel));
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closed_) return;
-      threads_.emplace_back(&ControlPlane::ServeAuthenticated, this, shared);
     }
-    pending.swap(still);
+    if (fds[1].revents || handshakes_->NextDeadline() <= now) {
+      for (auto& channel : handshakes_->Process(now)) {
+        std::shared_ptr<net::SecureChannel> shared(std::move(channel));
+        std::lock_guard<std::mutex> lock(mu_);
+        if (closed_) return;
+        absl::Status error;
+        if (StartThreadLocked([this, shared] { ServeConnection(shared); },
+                              &error)) {
+          continue;
+        }
+        shared->Shutdown();
+        // While ranks are joining this rank would be missing: say why.
+        if (joined_ < size_ - 1 && start_error_.ok()) {
+          start_error_ = absl::Status(error.code(),
+                                      absl::StrCat(error.message(), " (for ",
+                                                   shared->PeerAddress(), ")"));
+          joined_cv_.notify_all();
+        }
+      }
+    }
   }
 }
 
-void ControlPlane::ServeAuthenticated(
-    std::shared_ptr<net::SecureChannel> shared) {
+void ControlPlane::ServeConnection(std::shared_ptr<net::SecureChannel> shared) {
   auto frame = shared->Receive(absl::Now() + kHandshakeTimeout);
   wire::ControlMessage hello;
   if (!frame.ok() || !hello.ParseFromString(*frame) || !hello.has_hello() ||
@@ -545,7 +581,6 @@ void ControlPlane::Close() {
   }
   closed_cv_.notify_all();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  if (listener_) listener_->Close();
   if (wake_pipe_[1] >= 0) {
     char byte = 1;
     (void)!write(wake_pipe_[1], &byte, 1);
@@ -557,8 +592,10 @@ void ControlPlane::Close() {
       if (c) c->Shutdown();
     }
   }
-  if (accept_thread_.joinable()) accept_thread_.join();
-  if (handshake_thread_.joinable()) handshake_thread_.join();
+  if (listen_thread_.joinable()) listen_thread_.join();
+  // The listen thread is gone: its listener and pending handshakes close.
+  if (listener_) listener_->Close();
+  if (handshakes_) handshakes_->CloseAll();
   for (int& fd : wake_pipe_) {
     if (fd >= 0) close(fd);
     fd = -1;

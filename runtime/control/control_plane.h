@@ -18,7 +18,14 @@
 // them flowing while the background thread is inside a long collective.
 //
 // Threads: Send*/Broadcast may be called from any thread; TakeEvents from
-// the background thread; Close from any thread.
+// the background thread; Close from any thread. The plane's own threads
+// (readers, heartbeats, the coordinator's listen thread) may still run while
+// a program that gave up after an error exits: they touch only the plane's
+// own memory, kolo's HMAC (Note [No library state on kolo's threads] in
+// runtime/net/sha256.h), absl's clock (constant-initialised, never
+// destroyed) and generated protobuf messages (whose default instances are
+// never destroyed), none of which exit tears down, besides what the
+// callbacks touch (the runtime's to keep safe).
 #ifndef KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 #define KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 
@@ -36,6 +43,7 @@
 #include "absl/time/time.h"
 #include "kolo/store.h"
 #include "runtime/control/shm_ring.h"
+#include "runtime/net/handshake_queue.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/net/socket.h"
 #include "runtime/sync/wakeup.h"
@@ -49,7 +57,7 @@ struct ControlEvent {
 };
 
 struct ControlCallbacks {
-  std::function<void()> notify;                     // an event is queued
+  std::function<void()> notify;                       // an event is queued
   std::function<void(const absl::Status&)> on_fatal;  // a peer is lost
 };
 
@@ -109,14 +117,17 @@ class ControlPlane {
                                 absl::Time deadline);
   absl::Status StartRank(std::shared_ptr<Store> store,
                          const std::string& secret, absl::Time deadline);
-  // Note [Unauthenticated connections cost no thread]: the accept thread
-  // sends each new connection the server nonce and hands it to the
-  // handshake thread, which waits for all pending answers at once (poll) and
-  // drops any that is wrong or late (kHandshakeTimeout). Only authenticated
-  // connections get a reader thread.
-  void AcceptLoop();
-  void HandshakeLoop(std::string secret);
-  void ServeAuthenticated(std::shared_ptr<net::SecureChannel> channel);
+  // Note [Unauthenticated connections cost no thread]
+  // (runtime/net/handshake_queue.h): the listen thread accepts, keeps every
+  // pending handshake in a bounded HandshakeQueue on one poll(), and gives
+  // a reader thread only to connections that completed the handshake. A
+  // thread that cannot be created is an error (start_error_ during
+  // Create(), the connection closed afterwards), never an exception.
+  void ListenLoop();
+  void ServeConnection(std::shared_ptr<net::SecureChannel> channel);
+  // Starts `body` on a thread of threads_; false (and the reason in
+  // *error) when the system has no thread to give. Requires mu_.
+  bool StartThreadLocked(std::function<void()> body, absl::Status* error);
   void ReadLoop(int peer_rank, net::SecureChannel* channel);
   void PeerLost(int peer_rank, const std::string& reason);
   void Push(int from_rank, wire::ControlMessage message);
@@ -135,27 +146,24 @@ class ControlPlane {
   std::atomic<bool> closed_{false};
   std::atomic<bool> lost_reported_{false};
 
-  std::unique_ptr<net::Listener> listener_;  // coordinator only
-  std::thread accept_thread_;
-  std::thread handshake_thread_;
-  struct PendingHandshake {
-    net::Socket socket;
-    std::string server_nonce;
-    std::string answer;  // bytes received so far
-    absl::Time deadline;
-  };
-  std::mutex handshake_mu_;
-  std::vector<PendingHandshake> handed_over_;  // guarded by handshake_mu_
-  int wake_pipe_[2] = {-1, -1};  // wakes the handshake thread
+  // Coordinator only: the listener and its pending handshakes belong to
+  // the listen thread once it runs.
+  std::unique_ptr<net::Listener> listener_;
+  std::unique_ptr<net::HandshakeQueue> handshakes_;
+  std::thread listen_thread_;
+  int wake_pipe_[2] = {-1, -1};  // wakes the listen thread
 
   std::mutex mu_;
   std::condition_variable joined_cv_;
   // Coordinator: index = peer rank; others: [0] = the coordinator.
   std::vector<std::shared_ptr<net::SecureChannel>> channels_;  // guarded by mu_
-  std::vector<bool> leaving_;         // guarded by mu_ (rank asked to shut down)
-  int joined_ = 0;                    // guarded by mu_
+  std::vector<bool> leaving_;  // guarded by mu_ (rank asked to shut down)
+  int joined_ = 0;             // guarded by mu_
   std::vector<std::thread> threads_;  // guarded by mu_
   std::vector<ControlEvent> events_;  // guarded by mu_
+  // A failure of the coordinator's listen thread while ranks are joining
+  // (no thread for a rank's connection); StartCoordinator returns it.
+  absl::Status start_error_;  // guarded by mu_
 
   // Set once before the background thread starts; read by reader threads.
   std::unique_ptr<ShmControlSegment> shm_owner_;

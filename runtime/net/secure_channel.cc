@@ -1,14 +1,10 @@
 #include "runtime/net/secure_channel.h"
 
-#include <openssl/core_names.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
-#include <openssl/rand.h>
+#include <errno.h>
+#include <sys/random.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -22,8 +18,9 @@ namespace net {
 namespace {
 
 constexpr size_t kNonceBytes = 32;
-constexpr size_t kMacBytes = 32;        // HMAC-SHA256
-constexpr size_t kHeaderBytes = 4 + 8;  // u32 length | u64 sequence
+constexpr size_t kMacBytes = SecureChannel::kFrameMacBytes;  // HMAC-SHA256
+constexpr size_t kHeaderBytes = SecureChannel::kFrameHeaderBytes;
+static_assert(kMacBytes == Sha256::kDigestBytes, "frames carry HMAC-SHA256");
 
 // Labels that keep the three handshake MACs from standing in for each other.
 constexpr absl::string_view kClientLabel = "kolo-client";
@@ -39,58 +36,38 @@ constexpr unsigned char kDirServerToClient = 0x02;
 // in one segment); above it the copy would cost more than the extra calls.
 constexpr size_t kCoalesceBytes = 16 << 10;
 
-// The HMAC algorithm object, fetched once: fetching takes a lock inside
-// OpenSSL and the object is immutable and shared by every thread.
-EVP_MAC* HmacAlgorithm() {
-  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  return mac;
+absl::string_view AsView(const Sha256::Digest& digest) {
+  return absl::string_view(reinterpret_cast<const char*>(digest.data()),
+                           digest.size());
 }
 
-// HMAC-SHA256 over the concatenation of `pieces`.
-absl::StatusOr<std::string> HmacSha256(
-    absl::string_view key, std::initializer_list<absl::string_view> pieces) {
-  EVP_MAC* algorithm = HmacAlgorithm();
-  if (algorithm == nullptr) {
-    return absl::InternalError("OpenSSL provides no HMAC implementation");
+// `len` bytes from the kernel's random source (getrandom(2) without flags:
+// blocks only until the pool is first initialised at boot). Never falls back
+// to anything weaker.
+absl::Status FillRandom(void* data, size_t len) {
+  char* p = static_cast<char*>(data);
+  while (len > 0) {
+    ssize_t got = ::getrandom(p, len, 0);
+    if (got < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      char buf[256];
+      // GNU strerror_r: thread-safe, returns a pointer that may not be buf.
+      return absl::InternalError(absl::StrCat(
+          "getrandom failed: ", ::strerror_r(err, buf, sizeof(buf)),
+          " (the kernel gives no randomness)"));
+    }
+    p += got;
+    len -= static_cast<size_t>(got);
   }
-  EVP_MAC_CTX* ctx = EVP_MAC_CTX_new(algorithm);
-  if (ctx == nullptr) return absl::InternalError("EVP_MAC_CTX_new failed");
-  char digest_name[] = "SHA256";
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest_name, 0),
-      OSSL_PARAM_construct_end()};
-  bool ok =
-      EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
-                   key.size(), params) == 1;
-  for (absl::string_view piece : pieces) {
-    if (!ok) break;
-    ok = EVP_MAC_update(ctx,
-                        reinterpret_cast<const unsigned char*>(piece.data()),
-                        piece.size()) == 1;
-  }
-  std::string out(kMacBytes, '\0');
-  size_t out_len = 0;
-  ok = ok && EVP_MAC_final(ctx, reinterpret_cast<unsigned char*>(&out[0]),
-                           &out_len, out.size()) == 1;
-  EVP_MAC_CTX_free(ctx);
-  if (!ok || out_len != kMacBytes) {
-    return absl::InternalError("HMAC-SHA256 computation failed");
-  }
-  return out;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> RandomBytes(size_t n) {
   std::string out(n, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&out[0]),
-                 static_cast<int>(n)) != 1) {
-    return absl::InternalError("RAND_bytes failed");
-  }
+  absl::Status st = FillRandom(&out[0], n);
+  if (!st.ok()) return st;
   return out;
-}
-
-bool ConstantTimeEqual(absl::string_view a, absl::string_view b) {
-  return a.size() == b.size() &&
-         CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
 void PutBigEndian32(uint32_t v, char* out) {
@@ -107,24 +84,17 @@ void PutBigEndian64(uint64_t v, char* out) {
   }
 }
 
+void PutHeader(size_t length, uint64_t sequence, char* header) {
+  PutBigEndian32(static_cast<uint32_t>(length), header);
+  PutBigEndian64(sequence, header + 4);
+}
+
 uint64_t GetBigEndian(const char* in, int bytes) {
   uint64_t v = 0;
   for (int i = 0; i < bytes; ++i) {
     v = (v << 8) | static_cast<unsigned char>(in[i]);
   }
   return v;
-}
-
-// MAC of one frame: HMAC(K, dir || sequence || length || payload).
-absl::StatusOr<std::string> FrameMac(absl::string_view session_key,
-                                     unsigned char dir, uint64_t sequence,
-                                     absl::string_view payload) {
-  char fields[1 + 8 + 4];
-  fields[0] = static_cast<char>(dir);
-  PutBigEndian64(sequence, fields + 1);
-  PutBigEndian32(static_cast<uint32_t>(payload.size()), fields + 9);
-  return HmacSha256(session_key,
-                    {absl::string_view(fields, sizeof(fields)), payload});
 }
 
 absl::Status CheckSecret(const std::string& secret) {
@@ -135,19 +105,23 @@ absl::Status CheckSecret(const std::string& secret) {
   return absl::OkStatus();
 }
 
+std::string PeerName(const std::string& peer) {
+  return peer.empty() ? "peer" : peer;
+}
+
 absl::Status HandshakeError(const absl::Status& status,
                             const std::string& peer) {
-  return absl::Status(status.code(), absl::StrCat("handshake with ",
-                                                  peer.empty() ? "peer" : peer,
-                                                  ": ", status.message()));
+  return absl::Status(
+      status.code(),
+      absl::StrCat("handshake with ", PeerName(peer), ": ", status.message()));
 }
 
 }  // namespace
 
-SecureChannel::SecureChannel(Socket socket, std::string session_key,
+SecureChannel::SecureChannel(Socket socket, const std::string& session_key,
                              bool is_client, size_t max_frame_bytes)
     : socket_(std::move(socket)),
-      session_key_(std::move(session_key)),
+      session_mac_(session_key),
       is_client_(is_client),
       max_frame_bytes_(max_frame_bytes) {}
 
@@ -157,6 +131,7 @@ absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::Client(
   absl::Status valid = CheckSecret(secret);
   if (!valid.ok()) return valid;
   const std::string peer = socket.PeerAddress();
+  const HmacSha256 keyed(secret);
 
   std::string server_nonce(kNonceBytes, '\0');
   absl::Status st = socket.RecvAll(&server_nonce[0], kNonceBytes, deadline);
@@ -164,10 +139,9 @@ absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::Client(
 
   absl::StatusOr<std::string> client_nonce = RandomBytes(kNonceBytes);
   if (!client_nonce.ok()) return client_nonce.status();
-  absl::StatusOr<std::string> proof =
-      HmacSha256(secret, {kClientLabel, server_nonce, *client_nonce});
-  if (!proof.ok()) return proof.status();
-  std::string message = *client_nonce + *proof;
+  std::string message =
+      *client_nonce +
+      keyed.MacString({kClientLabel, server_nonce, *client_nonce});
   st = socket.SendAll(message.data(), message.size(), deadline);
   if (!st.ok()) return HandshakeError(st, peer);
 
@@ -182,19 +156,16 @@ absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::Client(
         "same job secret?)"));
   }
   if (!st.ok()) return HandshakeError(st, peer);
-  absl::StatusOr<std::string> expected =
-      HmacSha256(secret, {kServerLabel, *client_nonce, server_nonce});
-  if (!expected.ok()) return expected.status();
-  if (!ConstantTimeEqual(server_proof, *expected)) {
+  if (!ConstantTimeEqual(
+          server_proof,
+          AsView(keyed.Mac({kServerLabel, *client_nonce, server_nonce})))) {
     return absl::PermissionDeniedError(absl::StrCat(
         "authentication failed: ", peer, " did not prove the job secret"));
   }
-
-  absl::StatusOr<std::string> key =
-      HmacSha256(secret, {kSessionLabel, server_nonce, *client_nonce});
-  if (!key.ok()) return key.status();
+  const std::string key =
+      keyed.MacString({kSessionLabel, server_nonce, *client_nonce});
   return std::unique_ptr<SecureChannel>(new SecureChannel(
-      std::move(socket), std::move(*key), /*is_client=*/true, max_frame_bytes));
+      std::move(socket), key, /*is_client=*/true, max_frame_bytes));
 }
 
 absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::Server(
@@ -207,8 +178,8 @@ absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::Server(
   std::string answer(kClientAnswerBytes, '\0');
   absl::Status st = socket.RecvAll(&answer[0], answer.size(), deadline);
   if (!st.ok()) return HandshakeError(st, socket.PeerAddress());
-  return ServerFinish(std::move(socket), secret, *server_nonce, answer,
-                      deadline, max_frame_bytes);
+  return ServerFinish(socket, secret, *server_nonce, answer, deadline,
+                      max_frame_bytes);
 }
 
 absl::StatusOr<std::string> SecureChannel::ServerHello(Socket& socket,
@@ -221,47 +192,64 @@ absl::StatusOr<std::string> SecureChannel::ServerHello(Socket& socket,
 }
 
 absl::StatusOr<std::unique_ptr<SecureChannel>> SecureChannel::ServerFinish(
-    Socket socket, const std::string& secret, const std::string& server_nonce,
+    Socket& socket, const std::string& secret, const std::string& server_nonce,
     const std::string& answer, absl::Time deadline, size_t max_frame_bytes) {
   static_assert(kClientAnswerBytes == kNonceBytes + kMacBytes,
                 "answer = client nonce + proof");
   absl::Status valid = CheckSecret(secret);
   if (!valid.ok()) return valid;
-  const std::string peer = socket.PeerAddress();
+  const std::string peer = PeerName(socket.PeerAddress());
   if (answer.size() != kClientAnswerBytes) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("authentication failed: ", peer.empty() ? "peer" : peer,
-                     " sent a malformed handshake"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "authentication failed: ", peer, " sent a malformed handshake"));
   }
   absl::string_view client_nonce(answer.data(), kNonceBytes);
   absl::string_view client_proof(answer.data() + kNonceBytes, kMacBytes);
 
-  absl::StatusOr<std::string> expected =
-      HmacSha256(secret, {kClientLabel, server_nonce, client_nonce});
-  if (!expected.ok()) return expected.status();
-  if (!ConstantTimeEqual(client_proof, *expected)) {
-    // Close without answering (the socket goes with this scope).
-    return absl::PermissionDeniedError(
-        absl::StrCat("authentication failed: ", peer.empty() ? "peer" : peer,
-                     " did not prove the job secret"));
+  const HmacSha256 keyed(secret);
+  if (!ConstantTimeEqual(
+          client_proof,
+          AsView(keyed.Mac({kClientLabel, server_nonce, client_nonce})))) {
+    // The caller closes without answering.
+    return absl::PermissionDeniedError(absl::StrCat(
+        "authentication failed: ", peer, " did not prove the job secret"));
   }
 
-  absl::StatusOr<std::string> server_proof =
-      HmacSha256(secret, {kServerLabel, client_nonce, server_nonce});
-  if (!server_proof.ok()) return server_proof.status();
-  absl::Status st = socket.SendAll(server_proof->data(), kMacBytes, deadline);
+  const Sha256::Digest server_proof =
+      keyed.Mac({kServerLabel, client_nonce, server_nonce});
+  absl::Status st = socket.SendAll(server_proof.data(), kMacBytes, deadline);
   if (!st.ok()) return HandshakeError(st, peer);
 
-  absl::StatusOr<std::string> key =
-      HmacSha256(secret, {kSessionLabel, server_nonce, client_nonce});
-  if (!key.ok()) return key.status();
-  return std::unique_ptr<SecureChannel>(
-      new SecureChannel(std::move(socket), std::move(*key), /*is_client=*/false,
-                        max_frame_bytes));
+  const std::string key =
+      keyed.MacString({kSessionLabel, server_nonce, client_nonce});
+  return std::unique_ptr<SecureChannel>(new SecureChannel(
+      std::move(socket), key, /*is_client=*/false, max_frame_bytes));
 }
 
-absl::Status SecureChannel::Send(absl::string_view payload,
-                                 absl::Time deadline) {
+// MAC of one frame: HMAC(K, dir || sequence || length || payload).
+Sha256::Digest SecureChannel::FrameMac(bool outgoing, uint64_t sequence,
+                                       absl::string_view payload) const {
+  const bool client_to_server = outgoing == is_client_;
+  char fields[1 + 8 + 4];
+  fields[0] = static_cast<char>(client_to_server ? kDirClientToServer
+                                                 : kDirServerToClient);
+  PutBigEndian64(sequence, fields + 1);
+  PutBigEndian32(static_cast<uint32_t>(payload.size()), fields + 9);
+  return session_mac_.Mac({absl::string_view(fields, sizeof(fields)), payload});
+}
+
+void SecureChannel::AppendFrameLocked(absl::string_view payload,
+                                      std::string* out) {
+  char header[kHeaderBytes];
+  PutHeader(payload.size(), send_seq_, header);
+  const Sha256::Digest mac = FrameMac(/*outgoing=*/true, send_seq_, payload);
+  out->reserve(out->size() + kHeaderBytes + payload.size() + kMacBytes);
+  out->append(header, kHeaderBytes);
+  out->append(payload.data(), payload.size());
+  out->append(AsView(mac).data(), kMacBytes);
+}
+
+absl::Status SecureChannel::CheckSendable(absl::string_view payload) const {
   if (payload.size() > max_frame_bytes_) {
     return absl::InvalidArgumentError(
         absl::StrCat("frame of ", payload.size(), " bytes exceeds the ",
@@ -270,28 +258,36 @@ absl::Status SecureChannel::Send(absl::string_view payload,
   if (shut_down_.load()) {
     return absl::UnavailableError("connection closed (channel shut down)");
   }
-  std::lock_guard<std::mutex> lock(send_mu_);
-  const unsigned char dir =
-      is_client_ ? kDirClientToServer : kDirServerToClient;
-  absl::StatusOr<std::string> mac =
-      FrameMac(session_key_, dir, send_seq_, payload);
-  if (!mac.ok()) return mac.status();
-  char header[kHeaderBytes];
-  PutBigEndian32(static_cast<uint32_t>(payload.size()), header);
-  PutBigEndian64(send_seq_, header + 4);
+  return absl::OkStatus();
+}
 
+absl::StatusOr<std::string> SecureChannel::Seal(absl::string_view payload) {
+  absl::Status sendable = CheckSendable(payload);
+  if (!sendable.ok()) return sendable;
+  std::string frame;
+  std::lock_guard<std::mutex> lock(send_mu_);
+  AppendFrameLocked(payload, &frame);
+  ++send_seq_;
+  return frame;
+}
+
+absl::Status SecureChannel::Send(absl::string_view payload,
+                                 absl::Time deadline) {
+  absl::Status sendable = CheckSendable(payload);
+  if (!sendable.ok()) return sendable;
+  std::lock_guard<std::mutex> lock(send_mu_);
   absl::Status st;
   if (payload.size() <= kCoalesceBytes) {
     std::string frame;
-    frame.reserve(kHeaderBytes + payload.size() + kMacBytes);
-    frame.append(header, kHeaderBytes);
-    frame.append(payload.data(), payload.size());
-    frame.append(*mac);
+    AppendFrameLocked(payload, &frame);
     st = socket_.SendAll(frame.data(), frame.size(), deadline);
   } else {
+    char header[kHeaderBytes];
+    PutHeader(payload.size(), send_seq_, header);
+    const Sha256::Digest mac = FrameMac(/*outgoing=*/true, send_seq_, payload);
     st = socket_.SendAll(header, kHeaderBytes, deadline);
     if (st.ok()) st = socket_.SendAll(payload.data(), payload.size(), deadline);
-    if (st.ok()) st = socket_.SendAll(mac->data(), mac->size(), deadline);
+    if (st.ok()) st = socket_.SendAll(mac.data(), mac.size(), deadline);
   }
   if (!st.ok()) {
     // Part of a frame may be out: the stream cannot be resynchronised.
@@ -299,6 +295,37 @@ absl::Status SecureChannel::Send(absl::string_view payload,
     return st;
   }
   ++send_seq_;
+  return absl::OkStatus();
+}
+
+absl::Status SecureChannel::CheckHeader(const char* header,
+                                        uint64_t* length) const {
+  *length = GetBigEndian(header, 4);
+  const uint64_t sequence = GetBigEndian(header + 4, 8);
+  const std::string& peer = socket_.PeerAddress();
+  // Checked before reading on: a forged length must not make us allocate
+  // or wait for gigabytes.
+  if (*length > max_frame_bytes_) {
+    return absl::DataLossError(absl::StrCat(
+        "frame of ", *length, " bytes from ", peer, " exceeds the ",
+        max_frame_bytes_, "-byte limit; connection closed"));
+  }
+  if (sequence != recv_seq_) {
+    return absl::DataLossError(absl::StrCat(
+        "frame from ", peer, " has sequence number ", sequence, ", expected ",
+        recv_seq_, " (replayed or lost frame); connection closed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SecureChannel::CheckMac(absl::string_view payload,
+                                     absl::string_view mac) const {
+  if (!ConstantTimeEqual(
+          mac, AsView(FrameMac(/*outgoing=*/false, recv_seq_, payload)))) {
+    return absl::DataLossError(
+        absl::StrCat("frame from ", socket_.PeerAddress(),
+                     " failed authentication (bad MAC); connection closed"));
+  }
   return absl::OkStatus();
 }
 
@@ -322,21 +349,9 @@ absl::StatusOr<std::string> SecureChannel::Receive(absl::Time deadline) {
   char header[kHeaderBytes];
   st = socket_.RecvAll(header, kHeaderBytes, deadline);
   if (!st.ok()) return fail(st);
-  const uint64_t length = GetBigEndian(header, 4);
-  const uint64_t sequence = GetBigEndian(header + 4, 8);
-  const std::string peer = socket_.PeerAddress();
-  // Checked before reading on: a forged length must not make us allocate
-  // or wait for gigabytes.
-  if (length > max_frame_bytes_) {
-    return fail(absl::DataLossError(
-        absl::StrCat("frame of ", length, " bytes from ", peer, " exceeds the ",
-                     max_frame_bytes_, "-byte limit; connection closed")));
-  }
-  if (sequence != recv_seq_) {
-    return fail(absl::DataLossError(absl::StrCat(
-        "frame from ", peer, " has sequence number ", sequence, ", expected ",
-        recv_seq_, " (replayed or lost frame); connection closed")));
-  }
+  uint64_t length = 0;
+  st = CheckHeader(header, &length);
+  if (!st.ok()) return fail(st);
   std::string payload(length, '\0');
   if (length > 0) {
     st = socket_.RecvAll(&payload[0], length, deadline);
@@ -345,19 +360,31 @@ absl::StatusOr<std::string> SecureChannel::Receive(absl::Time deadline) {
   char mac[kMacBytes];
   st = socket_.RecvAll(mac, kMacBytes, deadline);
   if (!st.ok()) return fail(st);
-
-  const unsigned char dir =
-      is_client_ ? kDirServerToClient : kDirClientToServer;
-  absl::StatusOr<std::string> expected =
-      FrameMac(session_key_, dir, recv_seq_, payload);
-  if (!expected.ok()) return fail(expected.status());
-  if (!ConstantTimeEqual(absl::string_view(mac, kMacBytes), *expected)) {
-    return fail(absl::DataLossError(
-        absl::StrCat("frame from ", peer,
-                     " failed authentication (bad MAC); connection closed")));
-  }
+  st = CheckMac(payload, absl::string_view(mac, kMacBytes));
+  if (!st.ok()) return fail(st);
   ++recv_seq_;
   return payload;
+}
+
+absl::StatusOr<SecureChannel::Opened> SecureChannel::Open(
+    absl::string_view buffer) {
+  if (shut_down_.load()) {
+    return absl::UnavailableError("connection closed (channel shut down)");
+  }
+  Opened opened;
+  if (buffer.size() < kHeaderBytes) return opened;
+  uint64_t length = 0;
+  absl::Status st = CheckHeader(buffer.data(), &length);
+  if (!st.ok()) return st;
+  const size_t frame_bytes = kHeaderBytes + length + kMacBytes;
+  if (buffer.size() < frame_bytes) return opened;
+  const absl::string_view payload = buffer.substr(kHeaderBytes, length);
+  st = CheckMac(payload, buffer.substr(kHeaderBytes + length, kMacBytes));
+  if (!st.ok()) return st;
+  ++recv_seq_;
+  opened.consumed = frame_bytes;
+  opened.payload = std::string(payload);
+  return opened;
 }
 
 void SecureChannel::Shutdown() {
@@ -367,10 +394,12 @@ void SecureChannel::Shutdown() {
 
 std::string GenerateSecret() {
   unsigned char bytes[32];
-  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+  absl::Status st = FillRandom(bytes, sizeof(bytes));
+  if (!st.ok()) {
     // Without randomness there is no safe secret to hand out, and this
     // function has no error channel: stop rather than return a weak one.
-    std::fprintf(stderr, "kolo: RAND_bytes failed while generating a secret\n");
+    std::fprintf(stderr, "kolo: cannot generate a job secret: %s\n",
+                 std::string(st.message()).c_str());
     std::abort();
   }
   return absl::BytesToHexString(

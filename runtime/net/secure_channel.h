@@ -14,12 +14,27 @@
 // counts frames per direction from 0. A frame whose length exceeds the cap
 // is rejected before anything is read past the header; a frame whose MAC or
 // sequence number is wrong closes the connection. Nothing is parsed before
-// its MAC checks: callers get payload bytes only from Receive().
+// its MAC checks: callers get payload bytes only from Receive() or Open().
 // A replayed frame fails (wrong sequence, or wrong session key on another
-// connection). HMAC comes from OpenSSL's libcrypto.
+// connection). HMAC-SHA256 is kolo's own (runtime/net/sha256.h, Note [No
+// library state on kolo's threads]) and nonces come from getrandom(2).
 //
-// Thread safety: Send() may be called from several threads (serialized
-// internally); Receive() from one thread at a time; Shutdown() from any.
+// Note [Frames without blocking]
+// Send() and Receive() block (up to a deadline) on the socket. A server
+// that serves many connections from one thread uses Seal() and Open()
+// instead: Seal() turns a payload into the bytes of its frame (taking the
+// next send sequence number), and Open() looks at the bytes received so far
+// and takes one frame off their front once all of it is there. Open()
+// checks exactly what Receive() checks, in the same order and with the
+// same messages: the length cap as soon as the 12-byte header is in (so a
+// forged length is refused before its payload is waited for), then the
+// sequence number, then, once the frame is complete, the MAC. The caller
+// owns the socket's I/O (fd()); after an error from Open() the stream
+// cannot be resynchronised and the caller must close the connection.
+//
+// Thread safety: Send() and Seal() may be called from several threads
+// (serialized internally); Receive() and Open() from one thread at a time;
+// Shutdown() from any.
 #ifndef KOLO_RUNTIME_NET_SECURE_CHANNEL_H_
 #define KOLO_RUNTIME_NET_SECURE_CHANNEL_H_
 
@@ -33,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "runtime/net/sha256.h"
 #include "runtime/net/socket.h"
 
 namespace kolo {
@@ -41,6 +57,9 @@ namespace net {
 class SecureChannel {
  public:
   static constexpr size_t kDefaultMaxFrameBytes = 256u << 20;
+  // Header (u32 length, u64 sequence) and MAC around every payload.
+  static constexpr size_t kFrameHeaderBytes = 4 + 8;
+  static constexpr size_t kFrameMacBytes = 32;
 
   // Runs the handshake; PermissionDenied("authentication failed: ...") when
   // the peer does not hold the secret, DeadlineExceeded if it does not
@@ -56,14 +75,17 @@ class SecureChannel {
   // pending handshakes on one thread (so that unauthenticated connections
   // cost no thread): ServerHello sends the server nonce and returns it;
   // once the client's answer (kClientAnswerBytes) has arrived, ServerFinish
-  // checks it and completes the handshake like Server().
+  // checks it and completes the handshake like Server(). On success the
+  // socket moves into the channel; on failure it stays with the caller, still
+  // open, so that the caller decides when the peer sees it close (after
+  // counting the failure, say).
   static constexpr size_t kClientAnswerBytes = 64;
   static absl::StatusOr<std::string> ServerHello(Socket& socket,
                                                  absl::Time deadline);
   static absl::StatusOr<std::unique_ptr<SecureChannel>> ServerFinish(
-      Socket socket, const std::string& secret, const std::string& server_nonce,
-      const std::string& client_answer, absl::Time deadline,
-      size_t max_frame_bytes = kDefaultMaxFrameBytes);
+      Socket& socket, const std::string& secret,
+      const std::string& server_nonce, const std::string& client_answer,
+      absl::Time deadline, size_t max_frame_bytes = kDefaultMaxFrameBytes);
 
   // Sends one frame. Unavailable once the connection is closed.
   absl::Status Send(absl::string_view payload,
@@ -76,16 +98,41 @@ class SecureChannel {
   absl::StatusOr<std::string> Receive(
       absl::Time deadline = absl::InfiniteFuture());
 
+  // Note [Frames without blocking]. Seal: the whole frame of `payload`;
+  // InvalidArgument over the cap, Unavailable after Shutdown().
+  absl::StatusOr<std::string> Seal(absl::string_view payload);
+  // Open: `consumed` is 0 while `buffer` holds no complete frame yet;
+  // otherwise the frame's size, with its payload. Errors as Receive().
+  struct Opened {
+    size_t consumed = 0;
+    std::string payload;
+  };
+  absl::StatusOr<Opened> Open(absl::string_view buffer);
+  // The connected socket, for polling; the channel keeps owning it.
+  int fd() const { return socket_.fd(); }
+  size_t max_frame_bytes() const { return max_frame_bytes_; }
+
   // Unblocks Send/Receive in other threads; the channel is then closed.
   void Shutdown();
-  std::string PeerAddress() const { return socket_.PeerAddress(); }
+  const std::string& PeerAddress() const { return socket_.PeerAddress(); }
 
  private:
-  SecureChannel(Socket socket, std::string session_key, bool is_client,
+  SecureChannel(Socket socket, const std::string& session_key, bool is_client,
                 size_t max_frame_bytes);
 
+  // InvalidArgument over the cap, Unavailable after Shutdown().
+  absl::Status CheckSendable(absl::string_view payload) const;
+  // Appends the frame of `payload` with sequence number send_seq_.
+  // Requires send_mu_.
+  void AppendFrameLocked(absl::string_view payload, std::string* out);
+  Sha256::Digest FrameMac(bool outgoing, uint64_t sequence,
+                          absl::string_view payload) const;
+  // The checks of Note [Frames without blocking], shared by Receive and Open.
+  absl::Status CheckHeader(const char* header, uint64_t* length) const;
+  absl::Status CheckMac(absl::string_view payload, absl::string_view mac) const;
+
   Socket socket_;
-  const std::string session_key_;
+  const HmacSha256 session_mac_;  // keyed with the session key
   const bool is_client_;
   const size_t max_frame_bytes_;
   std::mutex send_mu_;
@@ -95,7 +142,9 @@ class SecureChannel {
   std::atomic<bool> shut_down_{false};
 };
 
-// 32 random bytes from OpenSSL, hex-encoded (64 characters).
+// 32 random bytes from getrandom(2), hex-encoded (64 characters). Aborts
+// with a message if the kernel gives no randomness: it has no error channel
+// and must never hand out a weak secret.
 std::string GenerateSecret();
 
 }  // namespace net

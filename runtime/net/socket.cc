@@ -156,14 +156,27 @@ int ConnectOnce(const struct addrinfo* ai, absl::Time deadline, int* err) {
 
 // --- Socket ---
 
+Socket::Socket(int fd) : fd_(fd) {
+  if (fd_ < 0) return;
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (::getpeername(fd_, reinterpret_cast<struct sockaddr*>(&ss), &len) == 0) {
+    peer_ = SockaddrToString(ss);
+  }
+}
+
 Socket::~Socket() { Close(); }
 
-Socket::Socket(Socket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+Socket::Socket(Socket&& other) noexcept
+    : fd_(other.fd_), peer_(std::move(other.peer_)) {
+  other.fd_ = -1;
+}
 
 Socket& Socket::operator=(Socket&& other) noexcept {
   if (this != &other) {
     Close();
     fd_ = other.fd_;
+    peer_ = std::move(other.peer_);
     other.fd_ = -1;
   }
   return *this;
@@ -307,16 +320,6 @@ void Socket::Close() {
     ::close(fd_);
     fd_ = -1;
   }
-}
-
-std::string Socket::PeerAddress() const {
-  if (fd_ < 0) return "";
-  struct sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  if (::getpeername(fd_, reinterpret_cast<struct sockaddr*>(&ss), &len) != 0) {
-    return "";
-  }
-  return SockaddrToString(ss);
 }
 
 // --- Listener ---
@@ -464,22 +467,35 @@ absl::StatusOr<Socket> Listener::Accept(absl::Time deadline) {
       }
       continue;
     }
-    int fd = ::accept4(fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      SetNoDelay(fd);
-      leave();
-      return Socket(fd);
-    }
-    int err = errno;
+    absl::StatusOr<Socket> socket = TryAccept();
     // The connection may have gone away between poll and accept, or another
     // thread took it: wait again.
-    if (err == EINTR || err == EAGAIN || err == EWOULDBLOCK ||
-        err == ECONNABORTED || err == EPROTO) {
-      continue;
-    }
+    if (socket.ok() && !socket->valid()) continue;
     leave();
-    return absl::UnavailableError(
-        absl::StrCat("accept on ", where, ": ", ErrnoText(err)));
+    return socket;
+  }
+}
+
+absl::StatusOr<Socket> Listener::TryAccept() {
+  if (fd_ < 0) return absl::CancelledError("listener is closed");
+  for (;;) {
+    struct sockaddr_storage ss;
+    socklen_t ss_len = sizeof(ss);
+    int fd = ::accept4(fd_, reinterpret_cast<struct sockaddr*>(&ss), &ss_len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      SetNoDelay(fd);
+      return Socket(fd, SockaddrToString(ss));
+    }
+    const int err = errno;
+    if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) return Socket();
+    const std::string what = absl::StrCat("accept on ", HostPort(addr_, port_),
+                                          ": ", ErrnoText(err));
+    if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+      return absl::ResourceExhaustedError(what);
+    }
+    return absl::UnavailableError(what);
   }
 }
 

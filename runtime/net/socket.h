@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -19,7 +20,10 @@ namespace net {
 class Socket {
  public:
   Socket() = default;
-  explicit Socket(int fd) : fd_(fd) {}
+  // Takes ownership of a connected fd; the peer's address is read now (see
+  // PeerAddress()).
+  explicit Socket(int fd);
+  Socket(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
   ~Socket();
   Socket(Socket&& other) noexcept;
   Socket& operator=(Socket&& other) noexcept;
@@ -47,11 +51,14 @@ class Socket {
   void Close();
   bool valid() const { return fd_ >= 0; }
   int fd() const { return fd_; }
-  // "127.0.0.1:41234" of the remote end ("" if unknown).
-  std::string PeerAddress() const;
+  // "127.0.0.1:41234" of the remote end ("" if unknown). Remembered when
+  // the socket was connected or accepted, so that errors still name the
+  // peer after it reset the connection (getpeername() then fails).
+  const std::string& PeerAddress() const { return peer_; }
 
  private:
   int fd_ = -1;
+  std::string peer_;
 };
 
 class Listener {
@@ -68,6 +75,16 @@ class Listener {
   // Waits for a connection until `deadline` (InfiniteFuture = forever).
   // Cancelled once Close() was called.
   absl::StatusOr<Socket> Accept(absl::Time deadline);
+
+  // One non-blocking accept, for a thread that polls fd() itself: a
+  // connection, or an invalid Socket when none is pending.
+  // ResourceExhausted when the process or system is out of descriptors or
+  // buffers (EMFILE, ENFILE, ENOBUFS, ENOMEM): the pending connection stays
+  // queued, so the caller should stop polling fd() for a while instead of
+  // retrying at once. Not to be mixed with Accept() or Close() in other
+  // threads.
+  absl::StatusOr<Socket> TryAccept();
+  int fd() const { return fd_; }
 
   // Unblocks Accept and closes the socket. Thread-safe.
   void Close();

@@ -15,11 +15,33 @@ namespace {
 // now() would overflow.
 constexpr absl::Duration kForever = absl::Hours(24 * 365 * 100);
 
-absl::Status ShuttingDown() {
+}  // namespace
+
+absl::Status StoreShuttingDown() {
   return absl::UnavailableError("the rendezvous store is shutting down");
 }
 
-}  // namespace
+absl::Status StoreGetTimedOut(const std::string& key, absl::Duration timeout) {
+  return absl::DeadlineExceededError(
+      absl::StrCat("timed out after ", FormatSeconds(timeout),
+                   " waiting for store key \"", key, "\""));
+}
+
+absl::Status StoreWaitTimedOut(const std::vector<std::string>& missing,
+                               absl::Duration timeout) {
+  std::vector<std::string> quoted;
+  for (const std::string& key : missing) {
+    quoted.push_back(absl::StrCat("\"", key, "\""));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "timed out after ", FormatSeconds(timeout),
+      " waiting for store keys; missing: ", absl::StrJoin(quoted, ", ")));
+}
+
+void InMemoryStore::Changed() {
+  changed_.notify_all();
+  if (on_change_) on_change_();
+}
 
 // Waits until `ready` holds (true), or the timeout passes or the store shuts
 // down (false).
@@ -45,7 +67,7 @@ absl::Status InMemoryStore::Set(const std::string& key,
     std::lock_guard<std::mutex> lock(mu_);
     data_[key] = value;
   }
-  changed_.notify_all();
+  Changed();
   return absl::OkStatus();
 }
 
@@ -54,10 +76,8 @@ absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key,
   std::unique_lock<std::mutex> lock(mu_);
   auto present = [&] { return data_.count(key) > 0; };
   if (WaitFor(lock, timeout, present)) return data_[key];
-  if (shut_down_) return ShuttingDown();
-  return absl::DeadlineExceededError(
-      absl::StrCat("timed out after ", FormatSeconds(timeout),
-                   " waiting for store key \"", key, "\""));
+  if (shut_down_) return StoreShuttingDown();
+  return StoreGetTimedOut(key, timeout);
 }
 
 absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key,
@@ -79,7 +99,7 @@ absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key,
     }
     data_[key] = absl::StrCat(result);
   }
-  changed_.notify_all();
+  Changed();
   return result;
 }
 
@@ -93,19 +113,34 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
     return true;
   };
   if (WaitFor(lock, timeout, all_present)) return absl::OkStatus();
-  if (shut_down_) return ShuttingDown();
+  if (shut_down_) return StoreShuttingDown();
   std::vector<std::string> missing;
   for (const std::string& key : keys) {
-    if (data_.count(key) == 0) missing.push_back(absl::StrCat("\"", key, "\""));
+    if (data_.count(key) == 0) missing.push_back(key);
   }
-  return absl::DeadlineExceededError(absl::StrCat(
-      "timed out after ", FormatSeconds(timeout),
-      " waiting for store keys; missing: ", absl::StrJoin(missing, ", ")));
+  return StoreWaitTimedOut(missing, timeout);
 }
 
 absl::StatusOr<bool> InMemoryStore::Check(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   return data_.count(key) > 0;
+}
+
+std::optional<std::string> InMemoryStore::TryGet(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = data_.find(key);
+  if (it == data_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> InMemoryStore::MissingKeys(
+    const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> missing;
+  for (const std::string& key : keys) {
+    if (data_.count(key) == 0) missing.push_back(key);
+  }
+  return missing;
 }
 
 void InMemoryStore::Shutdown() {

@@ -2,14 +2,19 @@
 // (tests), and the data behind the TCP store's server.
 //
 // Thread safety: every method is thread-safe. Get/Wait park on a condition
-// variable woken by every change; nothing polls.
+// variable woken by every change; nothing polls. A server that parks
+// requests itself (TcpStoreServer) uses the non-blocking TryGet/MissingKeys
+// and learns of changes through `on_change`.
 #ifndef KOLO_RUNTIME_RENDEZVOUS_IN_MEMORY_STORE_H_
 #define KOLO_RUNTIME_RENDEZVOUS_IN_MEMORY_STORE_H_
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kolo/store.h"
@@ -18,6 +23,12 @@ namespace kolo {
 
 class InMemoryStore : public Store {
  public:
+  InMemoryStore() = default;
+  // `on_change` runs after every successful Set and Add, on the thread that
+  // made the change, outside the store's lock.
+  explicit InMemoryStore(std::function<void()> on_change)
+      : on_change_(std::move(on_change)) {}
+
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key,
                                   absl::Duration timeout) override;
@@ -26,8 +37,13 @@ class InMemoryStore : public Store {
                     absl::Duration timeout) override;
   absl::StatusOr<bool> Check(const std::string& key) override;
 
+  // Non-blocking: the value of `key` if it is set.
+  std::optional<std::string> TryGet(const std::string& key);
+  // Non-blocking: the keys of `keys` that are not set, in their order.
+  std::vector<std::string> MissingKeys(const std::vector<std::string>& keys);
+
   // Wakes every parked Get/Wait, which then fail with Unavailable (so that a
-  // server can join its connection threads without waiting out timeouts).
+  // server can stop without waiting out timeouts).
   void Shutdown();
 
  private:
@@ -35,11 +51,21 @@ class InMemoryStore : public Store {
   bool WaitFor(std::unique_lock<std::mutex>& lock, absl::Duration timeout,
                Predicate ready);
 
+  void Changed();
+
+  const std::function<void()> on_change_;
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string> data_;  // guarded by mu_
   bool shut_down_ = false;                   // guarded by mu_
 };
+
+// The errors of InMemoryStore's Get and Wait when they time out or the store
+// shuts down, for servers that wait on its behalf.
+absl::Status StoreGetTimedOut(const std::string& key, absl::Duration timeout);
+absl::Status StoreWaitTimedOut(const std::vector<std::string>& missing,
+                               absl::Duration timeout);
+absl::Status StoreShuttingDown();
 
 }  // namespace kolo
 

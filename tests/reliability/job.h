@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,17 +34,44 @@ inline int64_t NowNs() {
 
 inline double Seconds(int64_t ns) { return ns / 1e9; }
 
+// How the job's first process starts, beyond its arguments.
+struct JobOptions {
+  // A cgroup's cgroup.procs: the process joins it before exec, so that
+  // everything it starts is in it too.
+  std::string cgroup_procs;
+  // The soft RLIMIT_NOFILE the process starts with (0 = ours).
+  rlim_t open_files = 0;
+};
+
 class Job {
  public:
   // Starts `args` (args[0] a path) with `env` ("NAME=value") added to ours.
   static std::unique_ptr<Job> Start(const std::vector<std::string>& args,
-                                    const std::vector<std::string>& env = {}) {
+                                    const std::vector<std::string>& env = {},
+                                    const JobOptions& options = JobOptions()) {
     auto job = std::unique_ptr<Job>(new Job());
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
     job->start_ns_ = NowNs();
     job->pid_ = fork();
     if (job->pid_ == 0) {
+      // Only async-signal-safe calls between fork and exec.
+      if (!options.cgroup_procs.empty()) {
+        int cg = open(options.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+        char digits[16];
+        int len = 0;
+        for (pid_t p = getpid(); p > 0; p /= 10) digits[len++] = '0' + p % 10;
+        char text[16];
+        for (int i = 0; i < len; ++i) text[i] = digits[len - 1 - i];
+        if (cg < 0 || write(cg, text, len) != len) _exit(126);
+        close(cg);
+      }
+      if (options.open_files > 0) {
+        struct rlimit limit;
+        getrlimit(RLIMIT_NOFILE, &limit);
+        limit.rlim_cur = options.open_files;
+        setrlimit(RLIMIT_NOFILE, &limit);
+      }
       dup2(fds[1], 1);
       dup2(fds[1], 2);
       for (const auto& e : env) putenv(const_cast<char*>(e.c_str()));

@@ -24,6 +24,10 @@
 //   report     rank --exit-rank exits --exit-code after one allreduce; the
 //              others print the error of their next allreduce and exit 1
 // --exit-code N: the code of early-exit's rank (default 3).
+//   until      rank 0 prints the store's port ("STORE port=P"); every rank
+//              allreduces with exact results until the harness creates
+//              --stop-file (rank 0 looks, and its decision travels in the
+//              allreduce itself, so all stop together), or for 120 s
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -79,7 +83,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1];
-  std::string pid_dir, fifo;
+  std::string pid_dir, fifo, stop_file;
   int mb = 64, exit_rank = -1, exit_code = 3;
   double shutdown_timeout = 5;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -90,6 +94,7 @@ int main(int argc, char** argv) {
     else if (arg == "--fifo") fifo = argv[i + 1];
     else if (arg == "--exit-code") exit_code = std::atoi(argv[i + 1]);
     else if (arg == "--shutdown-timeout") shutdown_timeout = std::atof(argv[i + 1]);
+    else if (arg == "--stop-file") stop_file = argv[i + 1];
     else if (arg == "--ignore-sigterm") {
       sigset_t set;
       sigemptyset(&set);
@@ -129,6 +134,35 @@ int main(int argc, char** argv) {
       }
       Say("LOOP rank " + std::to_string(rank) + " iter " + std::to_string(it));
     }
+  }
+  if (mode == "until") {
+    if (rank == 0) {
+      Say("STORE port=" + std::to_string(options->rendezvous_port));
+    }
+    const int64_t start = Now();
+    constexpr size_t kValues = 1 << 14;
+    std::vector<float> v(kValues + 1);  // the values, then rank 0's "stop"
+    int64_t iterations = 0;
+    for (bool stop = false; !stop; ++iterations) {
+      std::fill(v.begin(), v.end() - 1, rank + 1.0f);
+      v.back() = rank == 0 && (access(stop_file.c_str(), F_OK) == 0 ||
+                               Now() - start > 120'000'000'000LL)
+                     ? 1.0f
+                     : 0.0f;
+      absl::Status s = Allreduce(rt, "until", v);
+      if (!s.ok()) return Error(rank, s);
+      for (size_t i = 0; i < kValues; ++i) {
+        if (v[i] != n * (n + 1) / 2.0f) {
+          Say("WRONG rank " + std::to_string(rank) + " iteration " +
+              std::to_string(iterations));
+          return 1;
+        }
+      }
+      stop = v.back() > 0;
+    }
+    Say("EXACT rank " + std::to_string(rank) + " iterations " +
+        std::to_string(iterations));
+    return rt.Shutdown().ok() ? 0 : 1;
   }
   if (mode == "idle") {
     // Names no other rank submits: waits until the job ends or times out.

@@ -1,10 +1,7 @@
 #include "runtime/net/secure_channel.h"
 
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
-
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "runtime/net/socket.h"
@@ -363,6 +361,113 @@ TEST(SecureChannelTest, ShutdownUnblocksReceive) {
   receiver.join();
   EXPECT_TRUE(absl::IsUnavailable(got.status())) << got.status();
   EXPECT_TRUE(absl::IsUnavailable((*c.server)->Send("after shutdown")));
+}
+
+// Seal() writes what the Note says, byte for byte (the MACs are those of
+// OpenSSL's HMAC in raw_protocol.h), across the coalescing threshold, and
+// shares the sequence numbers with Send().
+TEST(SecureChannelTest, SealMatchesTheWrittenProtocolAndSend) {
+  RawClientSession s = StartRawClientSession();
+  uint64_t seq = 0;
+  for (size_t size : {0, 1, 100, 16 << 10, (16 << 10) + 1, 1 << 20}) {
+    std::string payload(size, '\0');
+    for (size_t i = 0; i < size; ++i) payload[i] = static_cast<char>(i * 13);
+    absl::StatusOr<std::string> frame = s.server->Seal(payload);
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    EXPECT_TRUE(*frame == EncodeFrame(s.key, 2, seq++, payload)) << size;
+    // Send() goes on with the next number.
+    ASSERT_TRUE(s.server->Send(payload, In(absl::Seconds(10))).ok());
+    const std::string expected = EncodeFrame(s.key, 2, seq++, payload);
+    std::string sent(expected.size(), '\0');
+    ASSERT_TRUE(
+        s.client.RecvAll(&sent[0], sent.size(), In(absl::Seconds(10))).ok());
+    EXPECT_TRUE(sent == expected) << size;
+  }
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      s.server->Seal(std::string(SecureChannel::kDefaultMaxFrameBytes + 1, 'x'))
+          .status()));
+  s.server->Shutdown();
+  EXPECT_TRUE(absl::IsUnavailable(s.server->Seal("late").status()));
+}
+
+// Open() takes nothing until a frame is complete, however the bytes are
+// cut, and then exactly one frame.
+TEST(SecureChannelTest, OpenIsIncremental) {
+  RawClientSession s = StartRawClientSession();
+  const std::string bytes = EncodeFrame(s.key, 1, 0, "first") +
+                            EncodeFrame(s.key, 1, 1, "") +
+                            EncodeFrame(s.key, 1, 2, std::string(70000, 'z'));
+  std::vector<std::string> payloads;
+  std::string buffer;
+  for (char c : bytes) {
+    buffer.push_back(c);
+    absl::StatusOr<SecureChannel::Opened> opened = s.server->Open(buffer);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    if (opened->consumed > 0) {
+      EXPECT_EQ(opened->consumed, buffer.size());
+      payloads.push_back(opened->payload);
+      buffer.clear();
+    }
+  }
+  ASSERT_EQ(payloads.size(), 3u);
+  EXPECT_EQ(payloads[0], "first");
+  EXPECT_EQ(payloads[1], "");
+  EXPECT_EQ(payloads[2], std::string(70000, 'z'));
+  // Two frames in one buffer: one at a time.
+  buffer = EncodeFrame(s.key, 1, 3, "a") + EncodeFrame(s.key, 1, 4, "b");
+  absl::StatusOr<SecureChannel::Opened> opened = s.server->Open(buffer);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->payload, "a");
+  opened = s.server->Open(absl::string_view(buffer).substr(opened->consumed));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->payload, "b");
+  EXPECT_EQ(s.server->fd() >= 0, true);
+}
+
+// Hostile bytes: Open() fails as Receive() does, with the same message
+// (but for the peer's port), and a forged length fails on the header alone.
+TEST(SecureChannelTest, OpenRejectsWhatReceiveRejects) {
+  auto frame_with_bad_mac = [](const std::string& key) {
+    std::string frame = EncodeFrame(key, 1, 0, "payload");
+    frame.back() ^= 0x01;
+    return frame;
+  };
+  const std::vector<
+      std::pair<const char*, std::function<std::string(const std::string&)>>>
+      attacks = {
+          {"huge length",
+           [](const std::string&) {
+             return BigEndian(0x7fffffffu, 4) + BigEndian(0, 8);
+           }},
+          {"wrong sequence",
+           [](const std::string& key) {
+             return EncodeFrame(key, 1, 5, "payload");
+           }},
+          {"bad MAC", frame_with_bad_mac},
+          {"reflected",
+           [](const std::string& key) {
+             return EncodeFrame(key, 2, 0, "payload");
+           }},
+      };
+  for (const auto& [name, attack] : attacks) {
+    SCOPED_TRACE(name);
+    RawClientSession blocking = StartRawClientSession();
+    SendRaw(blocking.client, attack(blocking.key));
+    absl::StatusOr<std::string> received =
+        blocking.server->Receive(In(absl::Seconds(10)));
+    ASSERT_TRUE(absl::IsDataLoss(received.status())) << received.status();
+
+    RawClientSession polled = StartRawClientSession();
+    absl::StatusOr<SecureChannel::Opened> opened =
+        polled.server->Open(attack(polled.key));
+    ASSERT_TRUE(absl::IsDataLoss(opened.status())) << opened.status();
+    EXPECT_EQ(absl::StrReplaceAll(opened.status().message(),
+                                  {{polled.server->PeerAddress(), "PEER"}}),
+              absl::StrReplaceAll(received.status().message(),
+                                  {{blocking.server->PeerAddress(), "PEER"}}));
+    EXPECT_TRUE(absl::StrContains(opened.status().message(),
+                                  polled.server->PeerAddress()));
+  }
 }
 
 TEST(SecureChannelTest, GenerateSecret) {

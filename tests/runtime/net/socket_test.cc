@@ -1,10 +1,14 @@
 #include "runtime/net/socket.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -215,6 +219,72 @@ TEST(SocketTest, AllFdsAreCloseOnExec) {
     ASSERT_GE(flags, 0);
     EXPECT_TRUE(flags & FD_CLOEXEC) << "fd " << fd;
   }
+}
+
+// The peer resets the connection (SO_LINGER 0): getpeername() fails from
+// then on, yet the error still names the peer.
+TEST(SocketTest, ResetByPeerNamesThePeer) {
+  Pair pair = Connected();
+  const std::string peer = pair.server.PeerAddress();
+  ASSERT_TRUE(absl::StartsWith(peer, "127.0.0.1:")) << peer;
+  struct linger abort_on_close = {1, 0};
+  ASSERT_EQ(setsockopt(pair.client.fd(), SOL_SOCKET, SO_LINGER, &abort_on_close,
+                       sizeof(abort_on_close)),
+            0);
+  pair.client.Close();
+  char byte;
+  absl::Status st = pair.server.RecvAll(&byte, 1, In(absl::Seconds(10)));
+  EXPECT_TRUE(absl::IsUnavailable(st)) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "reset")) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), peer)) << st;
+  st = pair.server.SendAll("x", 1, In(absl::Seconds(10)));
+  EXPECT_TRUE(absl::StrContains(st.message(), peer)) << st;
+}
+
+TEST(ListenerTest, TryAcceptDoesNotBlock) {
+  absl::StatusOr<Listener> listener = Listener::Bind("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::StatusOr<Socket> none = listener->TryAccept();
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->valid());
+  absl::StatusOr<Socket> client =
+      Socket::Connect("127.0.0.1", listener->port(), In(absl::Seconds(10)));
+  ASSERT_TRUE(client.ok()) << client.status();
+  // The connection is queued once connect() returned.
+  absl::StatusOr<Socket> accepted = listener->TryAccept();
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  ASSERT_TRUE(accepted->valid());
+  EXPECT_TRUE(absl::StartsWith(accepted->PeerAddress(), "127.0.0.1:"));
+}
+
+// Out of descriptors: ResourceExhausted (the caller pauses accepting), and
+// the connection stays queued for later.
+TEST(ListenerTest, TryAcceptOutOfDescriptorsIsResourceExhausted) {
+  absl::StatusOr<Listener> listener = Listener::Bind("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::StatusOr<Socket> client =
+      Socket::Connect("127.0.0.1", listener->port(), In(absl::Seconds(10)));
+  ASSERT_TRUE(client.ok()) << client.status();
+  struct rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  // Use up every descriptor below a low limit.
+  std::vector<int> fillers;
+  struct rlimit low = saved;
+  low.rlim_cur = 64;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (;;) {
+    int fd = dup(0);
+    if (fd < 0) break;
+    fillers.push_back(fd);
+  }
+  absl::StatusOr<Socket> accepted = listener->TryAccept();
+  for (int fd : fillers) close(fd);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_TRUE(absl::IsResourceExhausted(accepted.status()))
+      << accepted.status();
+  accepted = listener->TryAccept();
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  EXPECT_TRUE(accepted->valid());
 }
 
 TEST(ListenerTest, AcceptDeadline) {

@@ -1,7 +1,5 @@
 #include "runtime/rendezvous/tcp_store.h"
 
-#include <dirent.h>
-
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +13,8 @@
 #include "kolo/store.h"
 #include "runtime/net/socket.h"
 #include "tests/runtime/rendezvous/store_contract.h"
+#include "tests/runtime/rendezvous/tcp_store_testing.h"
+#include "tests/testing/threads.h"
 
 namespace kolo {
 namespace rendezvous {
@@ -24,34 +24,10 @@ using ::kolo::testing::StoreContractTest;
 using ::kolo::testing::StoreEnv;
 using ::kolo::testing::StoreParam;
 
-constexpr char kSecret[] = "tcp-store-test-secret";
-
-std::unique_ptr<TcpStoreServer> StartServer(int port = 0) {
-  absl::StatusOr<std::unique_ptr<TcpStoreServer>> server =
-      TcpStoreServer::Start("127.0.0.1", port, kSecret);
-  EXPECT_TRUE(server.ok()) << server.status();
-  return server.ok() ? std::move(*server) : nullptr;
-}
-
-std::shared_ptr<Store> Connect(const TcpStoreServer& server,
-                               const std::string& secret = kSecret) {
-  absl::StatusOr<std::shared_ptr<Store>> client =
-      ConnectTcpStore("127.0.0.1", server.port(), secret, absl::Seconds(10));
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *client : nullptr;
-}
-
-// Threads of this process, from the kernel's view.
-int ThreadCount() {
-  int count = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (struct dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  closedir(dir);
-  return count;
-}
+using ::kolo::rendezvous::testing::Connect;
+using ::kolo::rendezvous::testing::kSecret;
+using ::kolo::rendezvous::testing::StartServer;
+using ::kolo::testing::ThreadCount;
 
 // Every handle is its own authenticated connection to one server.
 class TcpEnv : public StoreEnv {
@@ -86,8 +62,9 @@ TEST(TcpStoreTest, LargeValue) {
   std::string value(8 << 20, 'v');
   ASSERT_TRUE(client->Set("big", value).ok());
   EXPECT_TRUE(*client->Get("big", absl::Seconds(10)) == value);
-  // Over the 64 MiB frame cap: refused locally, connection still usable.
-  absl::Status st = client->Set("huge", std::string((64 << 20) + 1, 'h'));
+  // Over the store's frame cap: refused locally, connection still usable.
+  absl::Status st =
+      client->Set("huge", std::string(kMaxStoreFrameBytes + 1, 'h'));
   EXPECT_TRUE(absl::IsInvalidArgument(st)) << st;
   EXPECT_TRUE(client->Set("small", "ok").ok());
 }
