@@ -393,11 +393,14 @@ TEST(TorchErrors, UnsupportedTensorsAreRejectedBeforeSubmit) {
     }
     return "(no error)";
   };
+  // bool is moved, never reduced.
   EXPECT_THAT(message([&] {
                 ctx[0]->allreduce(at::ones({2}, at::kBool),
                                   AllreduceOptions().name("flags"));
               }),
-              HasSubstr("allreduce \"flags\": dtype Bool is not supported"));
+              HasSubstr("allreduce \"flags\": bool tensors are not reduced"));
+  EXPECT_TRUE(at::equal(ctx[0]->broadcast(at::ones({2}, at::kBool)),
+                        at::ones({2}, at::kBool)));
   EXPECT_THAT(
       message([&] { ctx[0]->broadcast(at::ones({2}, at::kComplexFloat)); }),
       HasSubstr("dtype ComplexFloat is not supported"));
