@@ -154,6 +154,22 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
        }))) {
     return *err;
   }
+  // Submit checks the shapes of its own rank; a request list from a peer
+  // (faulty, or hostile with the secret) may still carry any numbers.
+  if (first->type() != wire::ADD_PROCESS_SET) {
+    for (int i = 0; i < size; ++i) {
+      if (!by_rank[i]) continue;
+      int64_t count = 1;
+      for (int64_t d : by_rank[i]->shape()) {
+        if (d < 0 || __builtin_mul_overflow(count, d, &count)) {
+          return Error(name, first->type(), absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("rank ", labels[i], " sent the shape ",
+                                    Shape(*by_rank[i]),
+                                    ", which holds no valid element count"));
+        }
+      }
+    }
+  }
   switch (first->type()) {
     case wire::ALLREDUCE:
     case wire::REDUCESCATTER:

@@ -121,6 +121,23 @@ TEST(Coordinator, ProcessSetErrorsNameGlobalRanks) {
               HasSubstr("shape mismatch: rank 3 has [2]; rank 5 has [3]"));
 }
 
+// A peer's request list may carry any numbers: a shape whose element count
+// overflows, or a negative dimension, is an error naming the rank, never
+// undefined arithmetic (found by wire_fuzzer under UBSan).
+TEST(Coordinator, ForgedShapesAreErrorsNamingTheRank) {
+  for (const std::vector<int64_t>& forged :
+       {std::vector<int64_t>{int64_t{1} << 40, int64_t{1} << 40},
+        std::vector<int64_t>{3, -2}}) {
+    Coordinator c(Config(2));
+    c.AddRequests(0, List({Allreduce("f", {4})}), kT0);
+    c.AddRequests(1, List({Allreduce("f", forged)}), kT0);
+    auto ready = Take(c);
+    ASSERT_EQ(ready.size(), 1u);
+    EXPECT_THAT(ready[0].error(), HasSubstr("rank 1 sent the shape"));
+    EXPECT_THAT(ready[0].error(), HasSubstr("no valid element count"));
+  }
+}
+
 TEST(Coordinator, CachedRequestsTravelAsIdsAndStayValidated) {
   Coordinator c(Config(2, /*cache_capacity=*/8));
   c.AddRequests(0, List({Allreduce("w", {4})}), kT0);
