@@ -118,8 +118,9 @@ absl::Status ReadBool(const EnvironmentMap& env, const std::string& var,
   return absl::OkStatus();
 }
 
-absl::Status ReadLogLevel(const EnvironmentMap& env, LogLevel* out) {
-  const std::string* v = Find(env, "KOLO_LOG_LEVEL");
+absl::Status ReadLogLevel(const EnvironmentMap& env, const std::string& var,
+                          LogLevel* out) {
+  const std::string* v = Find(env, var);
   if (!v) return absl::OkStatus();
   static constexpr const char* kNames[] = {"trace",   "debug", "info",
                                            "warning", "error", "fatal"};
@@ -130,7 +131,39 @@ absl::Status ReadLogLevel(const EnvironmentMap& env, LogLevel* out) {
       return absl::OkStatus();
     }
   }
-  return Bad("KOLO_LOG_LEVEL", *v, "trace, debug, info, warning, error or fatal");
+  return Bad(var, *v, "trace, debug, info, warning, error or fatal");
+}
+
+// Note [Horovod's names]
+// Horovod's users set HOROVOD_FUSION_THRESHOLD and friends; for the
+// settings kolo shares (same meaning, same unit) the HOROVOD_* name is read
+// when the KOLO_* one is not set, so KOLO_* wins. docs/configuration.md
+// lists the pairs.
+const char* HorovodName(const std::string& kolo_var) {
+  static const std::pair<const char*, const char*> kAliases[] = {
+      {"KOLO_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD"},
+      {"KOLO_CYCLE_TIME", "HOROVOD_CYCLE_TIME"},
+      {"KOLO_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY"},
+      {"KOLO_TIMELINE", "HOROVOD_TIMELINE"},
+      {"KOLO_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES"},
+      {"KOLO_STALL_CHECK_TIME", "HOROVOD_STALL_CHECK_TIME_SECONDS"},
+      {"KOLO_STALL_SHUTDOWN_TIME", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS"},
+      {"KOLO_LOG_LEVEL", "HOROVOD_LOG_LEVEL"},
+      {"KOLO_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE"},
+  };
+  for (const auto& [kolo, horovod] : kAliases) {
+    if (kolo_var == kolo) return horovod;
+  }
+  return nullptr;
+}
+
+// The variable to read for `kolo_var`: itself if set, else Horovod's name
+// of it if that is set, else itself.
+std::string Alias(const EnvironmentMap& env, const std::string& kolo_var) {
+  if (Find(env, kolo_var)) return kolo_var;
+  const char* horovod = HorovodName(kolo_var);
+  if (horovod && Find(env, horovod)) return horovod;
+  return kolo_var;
 }
 
 // The secret from the descriptor KOLO_SECRET_FD (kolorun's: Note [Secret
@@ -759,13 +792,15 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
   KOLO_RETURN_IF_ERROR(
       ParseBindAddress(env, &o, addr_source, settings.resolve_names));
 
-  KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_FUSION_THRESHOLD", 0,
+  // Note [Horovod's names]: a HOROVOD_* setting kolo shares counts when the
+  // KOLO_* one is unset; messages name the variable that was read.
+  KOLO_RETURN_IF_ERROR(ReadInt(env, Alias(env, "KOLO_FUSION_THRESHOLD"), 0,
                                int64_t{1} << 40, &o.fusion_threshold_bytes));
-  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_CYCLE_TIME",
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, Alias(env, "KOLO_CYCLE_TIME"),
                                     absl::Milliseconds(1),
                                     /*allow_zero=*/true, &o.cycle_time));
   KOLO_RETURN_IF_ERROR(
-      ReadInt32(env, "KOLO_CACHE_CAPACITY", 0, &o.cache_capacity));
+      ReadInt32(env, Alias(env, "KOLO_CACHE_CAPACITY"), 0, &o.cache_capacity));
   KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_SPIN_TIME",
                                     absl::Microseconds(1),
                                     /*allow_zero=*/true, &o.spin_time));
@@ -773,17 +808,28 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
                                     /*allow_zero=*/false, &o.op_timeout));
   KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_START_TIMEOUT", absl::Seconds(1),
                                     /*allow_zero=*/false, &o.start_timeout));
-  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_STALL_CHECK_TIME",
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, Alias(env, "KOLO_STALL_CHECK_TIME"),
                                     absl::Seconds(1), /*allow_zero=*/true,
                                     &o.stall_check_time));
-  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_STALL_SHUTDOWN_TIME",
-                                    absl::Seconds(1), /*allow_zero=*/true,
-                                    &o.stall_shutdown_time));
-  if (const std::string* v = Find(env, "KOLO_TIMELINE")) o.timeline_path = *v;
-  KOLO_RETURN_IF_ERROR(ReadLogLevel(env, &o.log_level));
-  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));
+  if (!Find(env, "KOLO_STALL_CHECK_TIME")) {
+    bool disabled = false;
+    KOLO_RETURN_IF_ERROR(ReadBool(env, "HOROVOD_STALL_CHECK_DISABLE", &disabled));
+    if (disabled) o.stall_check_time = absl::ZeroDuration();
+  }
   KOLO_RETURN_IF_ERROR(
-      ReadBool(env, "KOLO_HIERARCHICAL_ALLREDUCE", &o.hierarchical_allreduce));
+      ReadDuration(env, Alias(env, "KOLO_STALL_SHUTDOWN_TIME"),
+                   absl::Seconds(1), /*allow_zero=*/true,
+                   &o.stall_shutdown_time));
+  if (const std::string* v = Find(env, Alias(env, "KOLO_TIMELINE"))) {
+    o.timeline_path = *v;
+  }
+  KOLO_RETURN_IF_ERROR(ReadBool(env, Alias(env, "KOLO_TIMELINE_MARK_CYCLES"),
+                                &o.timeline_mark_cycles));
+  KOLO_RETURN_IF_ERROR(ReadLogLevel(env, Alias(env, "KOLO_LOG_LEVEL"),
+                                    &o.log_level));
+  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));
+  KOLO_RETURN_IF_ERROR(ReadBool(env, Alias(env, "KOLO_HIERARCHICAL_ALLREDUCE"),
+                                &o.hierarchical_allreduce));
   KOLO_RETURN_IF_ERROR(ValidateOptions(o));
   return o;
 }

@@ -98,7 +98,9 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
     p.cache_id.assign(size_, -1);
     p.first_seen = now;
     oldest_ = std::min(oldest_, now);  // (a stale value is rescanned anyway)
-    if (config_.timeline) config_.timeline->Begin(request->name(), "NEGOTIATE");
+    if (config_.timeline) {
+      config_.timeline->Begin(request->name(), NegotiatePhase(request->type()));
+    }
   }
   if (p.by_rank[rank]) return;  // Rejected on the rank already.
   p.by_rank[rank] = std::move(request);
@@ -196,8 +198,12 @@ void Coordinator::MaybeReady(PendingMap::iterator it,
 void Coordinator::PushReady(Ready ready) {
   if (config_.timeline && config_.timeline->enabled()) {
     const std::string& name = ready.get().names(0);
+    // The name of an E event is informational: it closes the last B.
     config_.timeline->End(name, "NEGOTIATE");
-    if (IsData(ready.get())) config_.timeline->Begin(name, "QUEUE");
+    if (IsData(ready.get())) {
+      config_.timeline->Begin(name, OperationPhase(ready.get().type()));
+      config_.timeline->Begin(name, "QUEUE");
+    }
   }
   if (!ready.canonical || ready.canonical->group().empty()) {
     ready_.push_back(std::move(ready));

@@ -232,6 +232,18 @@ absl::Status Executor::Execute(
     ++batch_;
     for (const std::string& name : r.names()) timeline_->End(name, "QUEUE");
   }
+  // Closes the operation's activity (ALLREDUCE, ...) that the coordinator
+  // opened, on every way out.
+  struct EndOperation {
+    const wire::Response& r;
+    Timeline* timeline;
+    ~EndOperation() {
+      if (!timeline || !timeline->enabled()) return;
+      for (const std::string& name : r.names()) {
+        timeline->End(name, OperationPhase(r.type()));
+      }
+    }
+  } end_operation{r, timeline_};
   absl::Status s;
   const char* what = "allreduce";
   switch (r.type()) {

@@ -201,6 +201,50 @@ absl::StatusOr<std::vector<int>> RuntimeImpl::SetRanks(int process_set) const {
   return it->second->ranks;
 }
 
+absl::Status RuntimeImpl::ForgetProcessSet(int id) {
+  if (id == kGlobalProcessSet) {
+    return absl::InvalidArgumentError(
+        "remove_process_set: the global process set (0) cannot be removed");
+  }
+  std::shared_ptr<ProcessSetState> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    auto it = sets_.find(id);
+    if (it == sets_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("remove_process_set: unknown process set ", id));
+    }
+    set = std::move(it->second);
+    sets_.erase(it);
+  }
+  queue_.FailSet(id, absl::AbortedError(absl::StrCat(
+                         "process set ", id, " was removed")));
+  if (set->backend) set->backend->Close();
+  return absl::OkStatus();
+}
+
+absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
+  if (process_set == kGlobalProcessSet) {
+    return absl::InvalidArgumentError(
+        "remove_process_set: the global process set (0) cannot be removed");
+  }
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    if (!sets_.count(process_set)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "remove_process_set: unknown process set ", process_set));
+    }
+  }
+  TensorEntry entry;
+  entry.request.set_type(wire::REMOVE_PROCESS_SET);
+  entry.request.set_name(absl::StrCat("__kolo_remove_process_set_",
+                                      process_set_calls_++));
+  entry.request.add_shape(process_set);
+  auto work = Submit(std::move(entry));
+  if (!work.ok()) return work.status();
+  return work->Wait();
+}
+
 absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
   const std::string name =
       absl::StrCat("__kolo_process_set_", process_set_calls_++);

@@ -382,12 +382,17 @@ absl::StatusOr<int> Runtime::AddProcessSet(const std::vector<int>& ranks) {
   return impl_->AddProcessSet(ranks);
 }
 
+absl::Status Runtime::RemoveProcessSet(int process_set) {
+  return impl_->RemoveProcessSet(process_set);
+}
+
 absl::StatusOr<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
   return impl_->SetRanks(process_set);
 }
 
-absl::Status Runtime::StartTimeline(const std::string& path) {
-  return impl_->StartTimeline(path);
+absl::Status Runtime::StartTimeline(const std::string& path,
+                                    bool mark_cycles) {
+  return impl_->StartTimeline(path, mark_cycles);
 }
 
 absl::Status Runtime::StopTimeline() { return impl_->StopTimeline(); }

@@ -271,7 +271,7 @@ absl::Status RuntimeImpl::Start() {
   absl::Status s = ConnectProcessSet(*sets_.at(kGlobalProcessSet));
   if (!s.ok()) return s;
   if (!options_.timeline_path.empty() && options_.rank == 0) {
-    s = timeline_.Start(options_.timeline_path);
+    s = timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles);
     if (!s.ok()) return s;
   }
 
@@ -339,9 +339,10 @@ absl::StatusOr<int> RuntimeImpl::Join() {
   return static_cast<int>(work->received_splits().at(0));
 }
 
-absl::Status RuntimeImpl::StartTimeline(const std::string& path) {
+absl::Status RuntimeImpl::StartTimeline(const std::string& path,
+                                        bool mark_cycles) {
   if (options_.rank != 0) return absl::OkStatus();
-  return timeline_.Start(path);
+  return timeline_.Start(path, mark_cycles);
 }
 
 absl::Status RuntimeImpl::StopTimeline() {
@@ -479,7 +480,7 @@ void RuntimeImpl::BackgroundLoop() {
     if (!fatal_status().ok()) break;
     const absl::Time now = absl::Now();
     next_wakeup = absl::InfiniteFuture();
-    timeline_.Marker("CYCLE_START");
+    timeline_.CycleStart();
 
     CoalesceSubmissions();
     SendRequests(absl::Now());
@@ -763,6 +764,12 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     auto entry = queue_.Take(set.id, response.names(0));
     if (entry) entry->Complete(s, {response.value()});
     if (!s.ok()) Fatal(s);
+    return;
+  }
+  if (response.type() == wire::RESPONSE_REMOVE_PROCESS_SET) {
+    absl::Status s = ForgetProcessSet(static_cast<int>(response.value()));
+    auto entry = queue_.Take(set.id, response.names(0));
+    if (entry) entry->Complete(s);
     return;
   }
   if (response.type() == wire::RESPONSE_JOIN) joined_ = false;

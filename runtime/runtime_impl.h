@@ -90,7 +90,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
 
   absl::StatusOr<int> Join();
   absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
-  absl::Status StartTimeline(const std::string& path);
+  absl::Status RemoveProcessSet(int process_set);
+  absl::Status StartTimeline(const std::string& path, bool mark_cycles);
   absl::Status StopTimeline();
   RuntimeStats stats() const;
 
@@ -116,6 +117,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
                        bool apply_cache);
   void RegisterProcessSet(int id, std::vector<int> ranks);
+  // Background thread, at the negotiated removal: fails the set's pending
+  // work and drops the set (its backend closes with its last reference).
+  absl::Status ForgetProcessSet(int id);
   absl::Status ConnectProcessSet(ProcessSetState& set);
   // The set's CUDA backend and executor on `device`, created on first use.
   absl::Status ConnectDevicePath(ProcessSetState& set, const Device& device);

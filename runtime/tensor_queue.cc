@@ -169,6 +169,31 @@ void TensorQueue::Close(const absl::Status& status) {
   }
 }
 
+void TensorQueue::FailSet(int process_set, const absl::Status& status) {
+  absl::flat_hash_map<absl::string_view, std::unique_ptr<TensorEntry>> names;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = table_.find(process_set);
+    if (it == table_.end()) return;
+    names.swap(it->second);
+    table_.erase(it);
+    new_entries_.erase(
+        std::remove_if(new_entries_.begin(), new_entries_.end(),
+                       [&](const TensorEntry* e) {
+                         return e->request.process_set() == process_set;
+                       }),
+        new_entries_.end());
+    has_new_.store(!new_entries_.empty(), std::memory_order_release);
+    drained_cv_.notify_all();
+  }
+  for (auto& [name, e] : names) {
+    e->Complete(absl::Status(
+        status.code(),
+        absl::StrCat(CollectiveName(e->request.type()), " \"",
+                     e->request.name(), "\" failed: ", status.message())));
+  }
+}
+
 bool TensorQueue::WaitDrained(absl::Time deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   auto drained = [&] {

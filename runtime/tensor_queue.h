@@ -96,6 +96,9 @@ class TensorQueue {
   // Fails every pending entry with `status`; later Adds fail with
   // `status` too.
   void Close(const absl::Status& status);
+  // Fails every pending entry of `process_set` with `status` (the set was
+  // removed).
+  void FailSet(int process_set, const absl::Status& status);
 
   // Blocks until no entry is in flight or `deadline`; true if drained.
   bool WaitDrained(absl::Time deadline);

@@ -1,5 +1,7 @@
 #include "runtime/timeline.h"
 
+#include "runtime/wire.pb.h"
+
 #include "absl/strings/str_cat.h"
 
 namespace kolo {
@@ -23,7 +25,33 @@ std::string Escape(const std::string& s) {
 
 }  // namespace
 
-absl::Status Timeline::Start(const std::string& path) {
+const char* NegotiatePhase(int request_type) {
+  switch (request_type) {
+    case wire::ALLREDUCE: return "NEGOTIATE_ALLREDUCE";
+    case wire::ALLGATHER: return "NEGOTIATE_ALLGATHER";
+    case wire::BROADCAST: return "NEGOTIATE_BROADCAST";
+    case wire::ALLTOALL: return "NEGOTIATE_ALLTOALL";
+    case wire::REDUCESCATTER: return "NEGOTIATE_REDUCESCATTER";
+    case wire::BARRIER: return "NEGOTIATE_BARRIER";
+    case wire::JOIN: return "NEGOTIATE_JOIN";
+    default: return "NEGOTIATE";
+  }
+}
+
+const char* OperationPhase(int response_type) {
+  switch (response_type) {
+    case wire::RESPONSE_ALLREDUCE: return "ALLREDUCE";
+    case wire::RESPONSE_ALLGATHER: return "ALLGATHER";
+    case wire::RESPONSE_BROADCAST: return "BROADCAST";
+    case wire::RESPONSE_ALLTOALL: return "ALLTOALL";
+    case wire::RESPONSE_REDUCESCATTER: return "REDUCESCATTER";
+    case wire::RESPONSE_BARRIER: return "BARRIER";
+    case wire::RESPONSE_JOIN: return "JOIN";
+    default: return "OPERATION";
+  }
+}
+
+absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
   std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
   if (enabled()) return absl::FailedPreconditionError("the timeline is already on");
   std::FILE* file = std::fopen(path.c_str(), "w");
@@ -41,6 +69,7 @@ absl::Status Timeline::Start(const std::string& path) {
     stopping_ = false;
   }
   writer_ = std::thread(&Timeline::WriterLoop, this);
+  mark_cycles_ = mark_cycles;
   enabled_ = true;
   return absl::OkStatus();
 }

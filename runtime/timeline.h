@@ -1,8 +1,11 @@
 // Timeline: a Chrome trace (chrome://tracing, Perfetto) of what rank 0 does
-// with each tensor: NEGOTIATE (first request seen -> every rank submitted),
+// with each tensor, under Horovod's activity names (users' tools read them):
+// NEGOTIATE_ALLREDUCE (first request seen -> every rank submitted; likewise
+// NEGOTIATE_BROADCAST, ...), then the operation (ALLREDUCE, ...) holding
 // QUEUE (ready -> executed), MEMCPY_IN_FUSION_BUFFER, the collective (e.g.
-// GLOO_ALLREDUCE, with size and fused-batch id), MEMCPY_OUT_FUSION_BUFFER,
-// plus cycle markers. One row per tensor.
+// GLOO_ALLREDUCE, with size and fused-batch id) and MEMCPY_OUT_FUSION_BUFFER;
+// with mark_cycles, a CYCLE_START marker for each pass of the background
+// loop. One row per tensor.
 //
 // Events go through a bounded queue to a writer thread of its own, so the
 // background thread never waits on the disk; when the queue is full, events
@@ -28,6 +31,12 @@
 
 namespace kolo {
 
+// Horovod's names of the activities of a tensor: "NEGOTIATE_ALLREDUCE" for a
+// wire::RequestType, "ALLREDUCE" for a wire::ResponseType ("NEGOTIATE" and
+// "OPERATION" for types without a name).
+const char* NegotiatePhase(int request_type);
+const char* OperationPhase(int response_type);
+
 class Timeline {
  public:
   static constexpr size_t kMaxQueued = 1 << 16;
@@ -36,8 +45,8 @@ class Timeline {
   ~Timeline() { Stop(); }
 
   // FailedPrecondition if already started; InvalidArgument if the file
-  // cannot be created.
-  absl::Status Start(const std::string& path);
+  // cannot be created. `mark_cycles`: CycleStart() writes markers.
+  absl::Status Start(const std::string& path, bool mark_cycles = false);
   // Flushes, closes the JSON array and the file. Idempotent.
   void Stop();
   bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
@@ -47,6 +56,10 @@ class Timeline {
              const std::string& args = "");
   void End(const std::string& tensor, const char* phase);
   void Marker(const char* name);
+  // A CYCLE_START marker, if the timeline marks cycles.
+  void CycleStart() {
+    if (mark_cycles_.load(std::memory_order_relaxed)) Marker("CYCLE_START");
+  }
   int64_t dropped() const { return dropped_.load(); }
 
  private:
@@ -62,6 +75,7 @@ class Timeline {
   void Write(const Event& event);
 
   std::atomic<bool> enabled_{false};
+  std::atomic<bool> mark_cycles_{false};
   std::atomic<int64_t> dropped_{0};
   std::chrono::steady_clock::time_point start_;
   std::mutex mu_;

@@ -77,6 +77,7 @@ const char* CollectiveName(wire::CollectiveType type) {
     case wire::BARRIER: return "barrier";
     case wire::JOIN: return "join";
     case wire::ADD_PROCESS_SET: return "add_process_set";
+    case wire::REMOVE_PROCESS_SET: return "remove_process_set";
     default: return "collective";
   }
 }
@@ -156,7 +157,8 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
   }
   // Submit checks the shapes of its own rank; a request list from a peer
   // (faulty, or hostile with the secret) may still carry any numbers.
-  if (first->type() != wire::ADD_PROCESS_SET) {
+  if (first->type() != wire::ADD_PROCESS_SET &&
+      first->type() != wire::REMOVE_PROCESS_SET) {
     for (int i = 0; i < size; ++i) {
       if (!by_rank[i]) continue;
       int64_t count = 1;
@@ -204,6 +206,13 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
       break;
     case wire::ADD_PROCESS_SET:
       if ((err = check("process set ranks", Shape))) return *err;
+      break;
+    case wire::REMOVE_PROCESS_SET:
+      if ((err = check("process set", Shape))) return *err;
+      if (first->shape_size() != 1) {
+        return Error(name, first->type(), absl::StatusCode::kInvalidArgument,
+                     "a removal names one process set");
+      }
       break;
     default:
       return Error(name, first->type(), absl::StatusCode::kInvalidArgument,
@@ -269,6 +278,11 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
       break;
     case wire::BARRIER:
       resp.set_type(wire::RESPONSE_BARRIER);
+      elements = 0;
+      break;
+    case wire::REMOVE_PROCESS_SET:
+      resp.set_type(wire::RESPONSE_REMOVE_PROCESS_SET);
+      resp.set_value(first->shape(0));
       elements = 0;
       break;
     default:  // ADD_PROCESS_SET

@@ -546,6 +546,11 @@ int Context::add_process_set(const std::vector<int>& ranks) {
   return *id;
 }
 
+void Context::remove_process_set(int process_set) {
+  absl::Status s = runtime_->RemoveProcessSet(process_set);
+  if (!s.ok()) throw Error(s);
+}
+
 std::vector<int> Context::process_set_ranks(int process_set) const {
   absl::StatusOr<std::vector<int>> ranks =
       runtime_->ProcessSetRanks(process_set);

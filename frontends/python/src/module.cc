@@ -243,16 +243,26 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("ranks"), py::call_guard<py::gil_scoped_release>());
   m.def(
+      "remove_process_set",
+      [](int id) {
+        Submitting([&] {
+          default_context()->remove_process_set(id);
+          return 0;
+        });
+      },
+      py::arg("process_set"), py::call_guard<py::gil_scoped_release>());
+  m.def(
       "process_set_ranks",
       [](int id) { return default_context()->process_set_ranks(id); },
       py::arg("process_set"));
   m.def(
       "start_timeline",
-      [](const std::string& path) {
-        absl::Status s = default_context()->runtime().StartTimeline(path);
+      [](const std::string& path, bool mark_cycles) {
+        absl::Status s =
+            default_context()->runtime().StartTimeline(path, mark_cycles);
         if (!s.ok()) throw Error(s);
       },
-      py::arg("path"));
+      py::arg("path"), py::arg("mark_cycles"));
   m.def("stop_timeline", [] {
     absl::Status s = default_context()->runtime().StopTimeline();
     if (!s.ok()) throw Error(s);

@@ -88,6 +88,7 @@ struct Options {
 
   // --- Diagnostics. ---
   std::string timeline_path;             // KOLO_TIMELINE ("" = off)
+  bool timeline_mark_cycles = false;     // KOLO_TIMELINE_MARK_CYCLES
   LogLevel log_level = LogLevel::kWarning;  // KOLO_LOG_LEVEL
 
   // --- Data paths. ---

@@ -171,12 +171,18 @@ class Runtime {
   // Collective: every rank of the job calls it with the same ranks, also
   // ranks outside the set. Returns the set's id.
   absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  // Removes a process set created by AddProcessSet (not the global one).
+  // Collective like AddProcessSet: every rank calls it. Collectives of the
+  // set still pending fail with Aborted; the set's id is not reused.
+  absl::Status RemoveProcessSet(int process_set);
   // Global ranks of a process set; NotFound for an unknown id.
   absl::StatusOr<std::vector<int>> ProcessSetRanks(int process_set) const;
 
   // Chrome-trace timeline written by rank 0 (also KOLO_TIMELINE). Only
   // rank 0 writes; on other ranks these are no-ops.
-  absl::Status StartTimeline(const std::string& path);
+  // `mark_cycles`: a CYCLE_START marker for each pass of the background
+  // loop (as Horovod's mark_cycles).
+  absl::Status StartTimeline(const std::string& path, bool mark_cycles = false);
   absl::Status StopTimeline();
 
   RuntimeStats stats() const;

@@ -1,0 +1,38 @@
+"""kolo.torch: Horovod's PyTorch API (horovod.torch) on kolo's runtime.
+
+    import kolo.torch as hvd
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+Run under kolorun (``kolorun -np 2 python3 train.py``), mpirun, Slurm or
+torchrun. docs/python.md documents every function and what differs from
+Horovod. Horovod's HOROVOD_* settings that kolo shares are read as aliases
+of the KOLO_* ones (docs/configuration.md).
+"""
+
+import torch  # noqa: F401  (loads libtorch before the extension)
+
+from kolo.torch.compression import Compression
+from kolo.torch.functions import (allgather_object, broadcast_object,
+                                  broadcast_optimizer_state,
+                                  broadcast_parameters)
+from kolo.torch.mpi_ops import (
+    Adasum, Average, HorovodInternalError, HostsUpdatedInterrupt,
+    KoloInternalError, Max, Min, ProcessSet, Product, Sum, add_process_set,
+    allgather, allgather_async, allreduce, allreduce_, allreduce_async,
+    allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
+    broadcast_, broadcast_async, broadcast_async_, ccl_built, cross_rank,
+    cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
+    global_process_set, grouped_allgather, grouped_allgather_async,
+    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+    grouped_allreduce_async_, grouped_reducescatter,
+    grouped_reducescatter_async, init, is_homogeneous, is_initialized, join,
+    local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+    nccl_built, poll, rank, reducescatter, reducescatter_async,
+    remove_process_set, rocm_built, shutdown, size, sparse_allreduce_async,
+    start_timeline, stop_timeline, synchronize)
+from kolo.torch.optimizer import DistributedOptimizer
+from kolo.torch.sync_batch_norm import SyncBatchNorm

@@ -257,6 +257,8 @@ class Context {
   // returns its id. Collective: every rank of the job calls it with the
   // same ranks, members or not.
   int add_process_set(const std::vector<int>& ranks);
+  // Removes a process set (collective, as add_process_set).
+  void remove_process_set(int process_set);
   // Global ranks of a process set. Throws Error for an unknown id.
   std::vector<int> process_set_ranks(int process_set) const;
 

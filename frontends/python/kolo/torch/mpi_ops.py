@@ -1,0 +1,876 @@
+"""Collectives on torch.Tensor with Horovod's names and arguments.
+
+Every function here is a thin layer over kolo's C++ frontend (kolo._C):
+names, dtypes and devices are checked here, before anything is submitted;
+negotiation, fusion and the data movement are the runtime's. The
+non-in-place collectives are differentiable (see each function).
+"""
+
+import itertools
+import threading
+
+import torch
+
+from kolo import _C
+from kolo.torch.compression import Compression
+
+# Reduction ops: the runtime's values (kolo/types.h), plus Adasum, which
+# kolo does not implement.
+Sum = 0
+Average = 1
+Min = 2
+Max = 3
+Product = 4
+Adasum = 5
+
+_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max",
+             Product: "Product", Adasum: "Adasum"}
+
+KoloInternalError = _C.KoloInternalError
+# Horovod's name for the same exception.
+HorovodInternalError = KoloInternalError
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """Raised in an elastic job when hosts were added or removed."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("hosts updated")
+        self.skip_sync = skip_sync
+
+
+# Dtypes the runtime reduces; bool is only moved (broadcast, allgather,
+# alltoall), as in Horovod.
+_REDUCED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32,
+                   torch.int64, torch.float16, torch.bfloat16, torch.float32,
+                   torch.float64)
+_MOVED_DTYPES = _REDUCED_DTYPES + (torch.bool,)
+
+
+# --- Process sets -----------------------------------------------------------
+
+class ProcessSet:
+    """A subset of the job's ranks that collectives can run on.
+
+    Create with ranks (``ProcessSet([0, 2])``) and register with
+    ``add_process_set`` (or pass to ``init(process_sets=...)``) on every
+    rank; then pass as ``process_set=`` to any collective.
+    """
+
+    def __init__(self, ranks):
+        self.ranks = sorted(int(r) for r in ranks)
+        self.process_set_id = None
+
+    def _check(self):
+        if self.process_set_id is None:
+            raise ValueError(
+                "process set %s is not registered: call "
+                "hvd.add_process_set() on every rank first" % (self.ranks,))
+
+    def included(self):
+        """Whether this rank belongs to the set."""
+        self._check()
+        return _C.rank() in self.ranks
+
+    def rank(self):
+        """This rank's rank within the set (-1 if not a member)."""
+        self._check()
+        r = _C.rank()
+        return self.ranks.index(r) if r in self.ranks else -1
+
+    def size(self):
+        """The number of ranks in the set."""
+        self._check()
+        return len(self.ranks)
+
+    def __repr__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s)" % (
+            self.process_set_id, self.ranks)
+
+
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+_process_sets = {0: global_process_set}
+
+
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet or a list of ranks) and returns
+    the ProcessSet. Collective: every rank of the job calls it, with the
+    same ranks, in the same order."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    if process_set.process_set_id is not None:
+        raise ValueError("%r is registered already" % (process_set,))
+    _check_initialized()
+    process_set.process_set_id = _C.add_process_set(process_set.ranks)
+    _process_sets[process_set.process_set_id] = process_set
+    return process_set
+
+
+def remove_process_set(process_set):
+    """Removes a registered process set. Collective, like add_process_set.
+    Returns True if it was removed."""
+    if process_set is global_process_set or \
+            process_set.process_set_id in (None, 0):
+        return False
+    _check_initialized()
+    _C.remove_process_set(process_set.process_set_id)
+    del _process_sets[process_set.process_set_id]
+    process_set.process_set_id = None
+    return True
+
+
+def _set_id(process_set):
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError("process_set must be a ProcessSet, not %s" %
+                        type(process_set).__name__)
+    process_set._check()
+    return process_set.process_set_id
+
+
+# --- Basics -----------------------------------------------------------------
+
+def init(comm=None, process_sets=None):
+    """Joins the job described by the environment (kolorun, mpirun, Slurm or
+    torchrun set it). ``process_sets``: ProcessSets (or rank lists) to
+    register at once. ``comm`` (an MPI communicator in Horovod) is not
+    supported: kolo needs no MPI."""
+    if comm is not None:
+        raise NotImplementedError(
+            "init(comm=...) takes an MPI communicator in Horovod; kolo does "
+            "not use MPI: start the job with kolorun (or mpirun) instead")
+    _C.init()
+    global_process_set.ranks = list(range(_C.size()))
+    for ps in process_sets or ():
+        add_process_set(ps)
+
+
+def shutdown():
+    """Leaves the job (every rank calls it). init() may be called again."""
+    _C.shutdown()
+    for ps_id in [i for i in _process_sets if i != 0]:
+        _process_sets.pop(ps_id).process_set_id = None
+
+
+def is_initialized():
+    return _C.is_initialized()
+
+
+def _check_initialized():
+    if not _C.is_initialized():
+        raise ValueError(
+            "kolo.torch has not been initialized; call hvd.init() first")
+
+
+def size():
+    _check_initialized()
+    return _C.size()
+
+
+def rank():
+    _check_initialized()
+    return _C.rank()
+
+
+def local_size():
+    _check_initialized()
+    return _C.local_size()
+
+
+def local_rank():
+    _check_initialized()
+    return _C.local_rank()
+
+
+def cross_size():
+    _check_initialized()
+    return _C.cross_size()
+
+
+def cross_rank():
+    _check_initialized()
+    return _C.cross_rank()
+
+
+def is_homogeneous():
+    """Whether every host runs the same number of ranks."""
+    _check_initialized()
+    counts = allgather(torch.tensor([_C.local_size()]), name="kolo.homogeneous")
+    return bool((counts == counts[0]).all())
+
+
+def gloo_built():
+    return _C.built("gloo")
+
+
+def gloo_enabled():
+    return _C.built("gloo")
+
+
+def nccl_built():
+    return _C.built("nccl")
+
+
+def cuda_built():
+    return _C.built("cuda")
+
+
+def mpi_built():
+    return False
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Writes a Chrome trace of rank 0's collectives to ``file_path``
+    (activity names as Horovod's: NEGOTIATE_ALLREDUCE, ALLREDUCE, ...;
+    CYCLE_START markers with ``mark_cycles``)."""
+    _check_initialized()
+    _C.start_timeline(file_path, bool(mark_cycles))
+
+
+def stop_timeline():
+    _check_initialized()
+    _C.stop_timeline()
+
+
+# --- Checks before anything is submitted --------------------------------------
+
+def _op_of(op, average, default=Average):
+    if average is not None:
+        if op is not None:
+            raise ValueError("pass op or the deprecated average, not both")
+        return Average if average else Sum
+    if op is None:
+        return default
+    if op == Adasum:
+        raise NotImplementedError(
+            "Adasum is not implemented by kolo; use op=hvd.Average or hvd.Sum")
+    if op not in _OP_NAMES:
+        raise ValueError("unknown reduction op %r (use hvd.Average, hvd.Sum, "
+                         "hvd.Min, hvd.Max or hvd.Product)" % (op,))
+    return op
+
+
+def _check_tensor(tensor, what, dtypes=_REDUCED_DTYPES):
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError("%s expects a torch.Tensor, got %s" %
+                        (what, type(tensor).__name__))
+    if tensor.dtype not in dtypes:
+        raise TypeError(
+            "%s: dtype %s is not supported (kolo supports %s)" %
+            (what, tensor.dtype, ", ".join(str(d).replace("torch.", "")
+                                           for d in dtypes)))
+    if tensor.layout != torch.strided:
+        raise ValueError("%s: %s tensors are not supported (dense tensors "
+                         "only; sparse gradients: sparse_allreduce_async or "
+                         "sparse_as_dense=True)" % (what, tensor.layout))
+    if tensor.device.type == "cuda":
+        if not _C.built("cuda"):
+            raise ValueError("%s: the tensor is on %s, but this build of kolo "
+                             "has no CUDA backend" % (what, tensor.device))
+    elif tensor.device.type != "cpu":
+        raise ValueError("%s: tensors on %s are not supported (CPU and CUDA "
+                         "only)" % (what, tensor.device))
+
+
+def _check_scaling(tensor, op, prescale_factor, postscale_factor, what):
+    if not tensor.is_floating_point():
+        if op == Average:
+            raise ValueError(
+                "%s: average is not defined for integer dtype %s; use "
+                "op=hvd.Sum and divide" % (what, tensor.dtype))
+        if prescale_factor != 1.0 or postscale_factor != 1.0:
+            raise ValueError("%s: scale factors other than 1 are not defined "
+                             "for integer dtype %s" % (what, tensor.dtype))
+
+
+_unnamed = {}
+
+
+def _generated_name(kind):
+    """"<kind>.noname.<n>" for the collectives composed here (the C++
+    frontend numbers its own): every rank must make the same unnamed calls
+    in the same order."""
+    counter = _unnamed.setdefault(kind, itertools.count())
+    return "%s.noname.%d" % (kind, next(counter))
+
+
+def _name(name):
+    if name is None:
+        return ""
+    if not isinstance(name, str):
+        raise TypeError("name must be a str, not %s" % type(name).__name__)
+    return name
+
+
+# --- Handles ------------------------------------------------------------------
+
+class _Handle:
+    """What the *_async functions return: pass it to poll() or
+    synchronize()."""
+
+    __slots__ = ("_handle", "_finish", "_result", "_done", "_lock")
+
+    def __init__(self, handle, finish=None):
+        self._handle = handle
+        self._finish = finish
+        self._done = False
+        self._result = None
+        self._lock = threading.Lock()
+
+    def _wait(self):
+        with self._lock:
+            if not self._done:
+                result = self._finish(self._handle) if self._finish else \
+                    self._handle.wait()
+                self._result = result
+                self._done = True
+            return self._result
+
+
+def poll(handle):
+    """True once the collective of ``handle`` has finished (synchronize()
+    then returns at once)."""
+    return handle._done or handle._handle.poll()
+
+
+def synchronize(handle):
+    """Waits for the collective of ``handle`` and returns its result;
+    raises KoloInternalError (HorovodInternalError) if it failed."""
+    if not isinstance(handle, _Handle):
+        raise TypeError("synchronize() expects a handle returned by an "
+                        "*_async function, got %s" % type(handle).__name__)
+    return handle._wait()
+
+
+def _first(h):
+    return h.wait()
+
+
+def _all(h):
+    return h.wait_all()
+
+
+# --- Allreduce ----------------------------------------------------------------
+
+def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+                     process_set, in_place, what):
+    _check_tensor(tensor, what)
+    _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
+    return _Handle(_C.allreduce_async(tensor, _name(name), op,
+                                      float(prescale_factor),
+                                      float(postscale_factor),
+                                      _set_id(process_set), in_place))
+
+
+def allreduce_async(tensor, average=None, name=None, op=None,
+                    prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
+    """Starts reducing ``tensor`` over the ranks of ``process_set`` (op:
+    Average by default, Sum, Min, Max, Product); the input is not modified.
+    Returns a handle for poll() and synchronize(), whose result is a new
+    tensor: postscale_factor * op(prescale_factor * tensor on each rank).
+    Collectives are matched across ranks by name (auto-generated when
+    None, which needs every rank to make the same unnamed calls in the
+    same order)."""
+    op = _op_of(op, average)
+    return _allreduce_async(tensor, name, op, prescale_factor,
+                            postscale_factor, process_set, False,
+                            "allreduce")
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None,
+                     prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    """allreduce_async, writing the result into ``tensor``."""
+    op = _op_of(op, average)
+    return _allreduce_async(tensor, name, op, prescale_factor,
+                            postscale_factor, process_set, True, "allreduce_")
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    """allreduce, in place: the result is written into ``tensor``, which is
+    returned."""
+    return synchronize(allreduce_async_(tensor, average, name, op,
+                                        prescale_factor, postscale_factor,
+                                        process_set))
+
+
+def _reduce_grad(grad_output, ctx):
+    """The gradient of an allreduce for its input (Sum and Average: the
+    allreduce of the gradient, as in Horovod; Min and Max: the summed
+    gradient where this rank's input is the result, split among tied
+    ranks; Product: the summed gradient times the product of the others'
+    inputs)."""
+    ps = ctx.process_set
+    if ctx.op in (Sum, Average):
+        return allreduce(grad_output, op=ctx.op,
+                         prescale_factor=ctx.prescale_factor,
+                         postscale_factor=ctx.postscale_factor,
+                         process_set=ps)
+    total = allreduce(grad_output, op=Sum, process_set=ps)
+    scale = ctx.prescale_factor * ctx.postscale_factor
+    if ctx.op in (Min, Max):
+        hit = (ctx.input * ctx.prescale_factor == ctx.result /
+               ctx.postscale_factor).to(grad_output.dtype)
+        ties = allreduce(hit, op=Sum, process_set=ps)
+        return total * hit / ties.clamp(min=1) * scale
+    # Product: d(post * prod_k pre*x_k)/dx_r = post * pre * prod_{k!=r} pre*x_k
+    gathered = allgather(ctx.input.unsqueeze(0) * ctx.prescale_factor,
+                         process_set=ps)
+    me = ps.rank() if ps is not global_process_set else _C.rank()
+    others = torch.cat([gathered[:me], gathered[me + 1:]])
+    return total * others.prod(dim=0) * scale
+
+
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
+                process_set):
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        result = synchronize(_allreduce_async(
+            tensor, name, op, prescale_factor, postscale_factor, process_set,
+            False, "allreduce"))
+        if op in (Min, Max, Product):
+            ctx.input = tensor.detach()
+            ctx.result = result.detach()
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return _reduce_grad(grad_output, ctx), None, None, None, None, None
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none,
+              op=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=global_process_set):
+    """Reduces ``tensor`` over the ranks of ``process_set`` and returns the
+    result (a new tensor; see allreduce_async). Differentiable. With
+    ``compression`` (e.g. Compression.fp16) the tensor travels compressed
+    and the result has the input's dtype."""
+    op = _op_of(op, average)
+    compressed, ctx = compression.compress(tensor)
+    reduced = _Allreduce.apply(compressed, name, op, prescale_factor,
+                               postscale_factor, process_set)
+    return compression.decompress(reduced, ctx)
+
+
+def _grouped_allreduce_async(tensors, name, op, prescale_factor,
+                             postscale_factor, process_set, in_place, what):
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("%s needs at least one tensor" % what)
+    for t in tensors:
+        _check_tensor(t, what)
+        _check_scaling(t, op, prescale_factor, postscale_factor, what)
+    return _Handle(_C.grouped_allreduce_async(
+        tensors, _name(name), op, float(prescale_factor),
+        float(postscale_factor), _set_id(process_set), in_place), _all)
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None,
+                            prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    """Reduces a list of tensors as one unit (negotiated and fused together:
+    one bad member fails the group on every rank). The handle's result is
+    the list of results."""
+    op = _op_of(op, average)
+    return _grouped_allreduce_async(tensors, name, op, prescale_factor,
+                                    postscale_factor, process_set, False,
+                                    "grouped_allreduce")
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
+                             prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set):
+    op = _op_of(op, average)
+    return _grouped_allreduce_async(tensors, name, op, prescale_factor,
+                                    postscale_factor, process_set, True,
+                                    "grouped_allreduce_")
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None,
+                       prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(
+        tensors, average, name, op, prescale_factor, postscale_factor,
+        process_set))
+
+
+class _GroupedAllreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set,
+                *tensors):
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        results = synchronize(_grouped_allreduce_async(
+            tensors, name, op, prescale_factor, postscale_factor, process_set,
+            False, "grouped_allreduce"))
+        if op in (Min, Max, Product):
+            ctx.inputs = [t.detach() for t in tensors]
+            ctx.results = [r.detach() for r in results]
+        return tuple(results)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        out = []
+        for i, g in enumerate(grads):
+            if ctx.op in (Min, Max, Product):
+                ctx.input, ctx.result = ctx.inputs[i], ctx.results[i]
+            out.append(_reduce_grad(g, ctx))
+        return (None, None, None, None, None) + tuple(out)
+
+
+def grouped_allreduce(tensors, average=None, name=None,
+                      compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=global_process_set):
+    """Reduces a list of tensors as one unit; returns the list of results.
+    Differentiable."""
+    op = _op_of(op, average)
+    pairs = [compression.compress(t) for t in tensors]
+    reduced = _GroupedAllreduce.apply(name, op, prescale_factor,
+                                      postscale_factor, process_set,
+                                      *[p[0] for p in pairs])
+    return [compression.decompress(r, p[1]) for r, p in zip(reduced, pairs)]
+
+
+# --- Allgather ----------------------------------------------------------------
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts concatenating every rank's ``tensor`` along the first
+    dimension, in rank order (the first dimension may differ between
+    ranks). The handle's result is the concatenation."""
+    _check_tensor(tensor, "allgather", _MOVED_DTYPES)
+    if tensor.dim() == 0:
+        raise ValueError("allgather: a scalar has no first dimension to "
+                         "concatenate along; reshape it to [1]")
+    return _Handle(_C.allgather_async(tensor, _name(name),
+                                      _set_id(process_set)))
+
+
+def _rows_before_me(rows, process_set):
+    """This rank's offset and row count, from every rank's row count."""
+    counts = allgather(torch.tensor([rows], dtype=torch.int64),
+                       process_set=process_set)
+    me = process_set.rank() if process_set is not global_process_set \
+        else _C.rank()
+    return int(counts[:me].sum()), counts
+
+
+class _Allgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        ctx.rows = tensor.shape[0]
+        ctx.process_set = process_set
+        return synchronize(allgather_async(tensor, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Every rank's output holds this rank's rows: their gradient is the
+        # sum over ranks of the matching slice.
+        summed = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+        offset, _ = _rows_before_me(ctx.rows, ctx.process_set)
+        return summed.narrow(0, offset, ctx.rows), None, None
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Concatenates every rank's ``tensor`` along the first dimension, in
+    rank order, and returns the result. Differentiable."""
+    if tensor.requires_grad:
+        return _Allgather.apply(tensor, name, process_set)
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None,
+                            process_set=global_process_set):
+    """Allgathers each tensor of a list; the handle's result is the list of
+    results. (Each member is negotiated under "<name>.<index>"; unlike a
+    grouped allreduce, members are not fused as one unit.)"""
+    tensors = list(tensors)
+    base = _name(name) or _generated_name("grouped_allgather")
+    handles = [allgather_async(t, "%s.%d" % (base, i), process_set)
+               for i, t in enumerate(tensors)]
+    return _Handle(handles, lambda hs: [synchronize(h) for h in hs])
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Allgathers each tensor of a list; returns the list of results."""
+    base = _name(name) or _generated_name("grouped_allgather")
+    return [allgather(t, "%s.%d" % (base, i), process_set)
+            for i, t in enumerate(tensors)]
+
+
+# --- Broadcast ----------------------------------------------------------------
+
+def _broadcast_async(tensor, root_rank, name, process_set, in_place, what):
+    _check_tensor(tensor, what, _MOVED_DTYPES)
+    set_size = len(process_set.ranks) if process_set.ranks else None
+    if not isinstance(root_rank, int) or root_rank < 0 or (
+            set_size is not None and root_rank >= set_size):
+        raise ValueError("%s: root_rank %r is not a rank of the process set "
+                         "(size %s)" % (what, root_rank, set_size))
+    return _Handle(_C.broadcast_async(tensor, root_rank, _name(name),
+                                      _set_id(process_set), in_place))
+
+
+def broadcast_async(tensor, root_rank, name=None,
+                    process_set=global_process_set):
+    """Starts giving every rank ``root_rank``'s tensor; the handle's result
+    is a new tensor (the input is not modified)."""
+    return _broadcast_async(tensor, root_rank, name, process_set, False,
+                            "broadcast")
+
+
+def broadcast_async_(tensor, root_rank, name=None,
+                     process_set=global_process_set):
+    """broadcast_async, writing root's values into ``tensor``."""
+    return _broadcast_async(tensor, root_rank, name, process_set, True,
+                            "broadcast_")
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    """Overwrites ``tensor`` with root's values on every rank; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name,
+                                        process_set))
+
+
+class _Broadcast(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name,
+                                           process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Every rank's output is root's input: root's gradient is the sum
+        # of all; the others' inputs do not reach any output.
+        summed = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+        me = ctx.process_set.rank() if ctx.process_set is not \
+            global_process_set else _C.rank()
+        if me != ctx.root_rank:
+            summed = torch.zeros_like(summed)
+        return summed, None, None, None
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """Returns root's tensor on every rank (a new tensor). Differentiable."""
+    if tensor.requires_grad:
+        return _Broadcast.apply(tensor, root_rank, name, process_set)
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+# --- Alltoall -----------------------------------------------------------------
+
+def _splits_list(splits, what):
+    if splits is None:
+        return []
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype not in (torch.int32, torch.int64):
+            raise TypeError("%s: splits must hold integers, not %s" %
+                            (what, splits.dtype))
+        return [int(s) for s in splits.tolist()]
+    return [int(s) for s in splits]
+
+
+def alltoall_async(tensor, splits=None, name=None,
+                   process_set=global_process_set):
+    """Starts sending ``splits[k]`` rows of ``tensor`` to rank k of the set
+    (equal parts of the first dimension when None). The handle's result is
+    (the rows received from every rank, concatenated in rank order, and a
+    tensor of how many rows came from each)."""
+    _check_tensor(tensor, "alltoall", _MOVED_DTYPES)
+    if tensor.dim() == 0:
+        raise ValueError("alltoall: a scalar has no first dimension to split")
+    handle = _C.alltoall_async(tensor, _splits_list(splits, "alltoall"),
+                               _name(name), _set_id(process_set))
+
+    def finish(h):
+        output = h.wait()
+        return output, torch.tensor(h.received_splits(), dtype=torch.int32)
+    return _Handle(handle, finish)
+
+
+class _Alltoall(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.process_set = process_set
+        output, received = synchronize(alltoall_async(tensor, splits, name,
+                                                      process_set))
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_received):
+        # The gradient of the rows this rank sent comes back along the
+        # reverse routes: an alltoall with the received counts as splits.
+        grad, _ = synchronize(alltoall_async(grad_output, ctx.received,
+                                             process_set=ctx.process_set))
+        return grad, None, None, None
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Sends ``splits[k]`` rows of ``tensor`` to rank k of the set and
+    returns the rows received from every rank, concatenated in rank order;
+    with ``splits`` given, returns (output, received_splits), as Horovod.
+    Differentiable."""
+    if tensor.requires_grad:
+        output, received = _Alltoall.apply(tensor, splits, name, process_set)
+    else:
+        output, received = synchronize(alltoall_async(tensor, splits, name,
+                                                      process_set))
+    return output if splits is None else (output, received)
+
+
+# --- Reducescatter ------------------------------------------------------------
+
+def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                         process_set, what):
+    _check_tensor(tensor, what)
+    if op not in (Sum, Average):
+        raise ValueError("%s supports op=hvd.Sum and hvd.Average, not %s" %
+                         (what, _OP_NAMES.get(op, op)))
+    _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
+    if tensor.dim() == 0:
+        raise ValueError("%s: a scalar has no first dimension to scatter" %
+                         what)
+    return _Handle(_C.reducescatter_async(tensor, _name(name), op,
+                                          float(prescale_factor),
+                                          float(postscale_factor),
+                                          _set_id(process_set)))
+
+
+def reducescatter_async(tensor, name=None, op=Average,
+                        process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Starts reducing ``tensor`` (same shape on every rank) and scattering
+    the first dimension: rank k of the set gets the k-th share of the
+    rows (the first ranks one row more when it does not divide)."""
+    op = _op_of(op, None)
+    return _reducescatter_async(tensor, name, op, prescale_factor,
+                                postscale_factor, process_set,
+                                "reducescatter")
+
+
+class _Reducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
+                process_set):
+        ctx.op = op
+        ctx.scale = prescale_factor * postscale_factor
+        ctx.process_set = process_set
+        return synchronize(_reducescatter_async(
+            tensor, name, op, prescale_factor, postscale_factor, process_set,
+            "reducescatter"))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        # Rank k's share is the sum of every rank's rows of that share: each
+        # rank's input gets all ranks' output gradients, in rank order.
+        grad = allgather(grad_output, process_set=ctx.process_set) * ctx.scale
+        if ctx.op == Average:
+            grad = grad / len(ctx.process_set.ranks)
+        return grad, None, None, None, None, None
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0,
+                  postscale_factor=1.0):
+    """Reduces ``tensor`` and returns this rank's share of the first
+    dimension. Differentiable."""
+    op = _op_of(op, None)
+    compressed, ctx = compression.compress(tensor)
+    result = _Reducescatter.apply(compressed, name, op, prescale_factor,
+                                  postscale_factor, process_set)
+    return compression.decompress(result, ctx)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average,
+                                process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Reducescatters each tensor of a list; the handle's result is the list
+    of results (members negotiated under "<name>.<index>")."""
+    base = _name(name) or _generated_name("grouped_reducescatter")
+    handles = [reducescatter_async(t, "%s.%d" % (base, i), op, process_set,
+                                   prescale_factor, postscale_factor)
+               for i, t in enumerate(tensors)]
+    return _Handle(handles, lambda hs: [synchronize(h) for h in hs])
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none,
+                          op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    base = _name(name) or _generated_name("grouped_reducescatter")
+    return [reducescatter(t, "%s.%d" % (base, i), compression, op,
+                          process_set, prescale_factor, postscale_factor)
+            for i, t in enumerate(tensors)]
+
+
+# --- Sparse, barrier, join ----------------------------------------------------
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Reduces a sparse COO tensor through allgather, as Horovod does: every
+    rank's indices and values are gathered and summed (coalesced) into one
+    sparse tensor; Average divides by the set size. The handle's result is
+    the sparse result."""
+    if not tensor.is_sparse:
+        raise ValueError("sparse_allreduce_async expects a sparse tensor")
+    if op not in (Sum, Average):
+        raise ValueError("sparse_allreduce_async supports op=hvd.Sum and "
+                         "hvd.Average")
+    t = tensor.coalesce()
+    base = _name(name) or _generated_name("sparse_allreduce")
+    indices = allgather_async(t.indices().t().contiguous(), base + ".indices",
+                              process_set)
+    values = allgather_async(t.values(), base + ".values", process_set)
+    set_size = len(process_set.ranks) or _C.size()
+
+    def finish(handles):
+        idx = synchronize(handles[0]).t()
+        vals = synchronize(handles[1])
+        if op == Average:
+            vals = vals / set_size
+        return torch.sparse_coo_tensor(idx, vals, t.shape).coalesce()
+    return _Handle((indices, values), finish)
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the set has called barrier()."""
+    _C.barrier(_set_id(process_set))
+
+
+def join(device=-1):
+    """This rank has no more data: until every rank has joined it
+    contributes zeros to the others' Sum/Average allreduces (Average
+    divides by the ranks that contributed). Blocks until all have joined;
+    returns the rank that joined last."""
+    del device  # Horovod's argument; kolo needs none.
+    return _C.join()
