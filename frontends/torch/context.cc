@@ -274,20 +274,28 @@ Handle Context::Track(std::shared_ptr<PendingOp> op, Submit submit) {
   return Handle(std::move(op));
 }
 
-std::string Context::NameFor(Collective collective, const std::string& given) {
+std::string Context::NameFor(Collective collective, const std::string& given,
+                             int process_set) {
   if (!given.empty()) return given;
   static const char* const kPrefix[kNumCollectives] = {
       "allreduce.noname.", "grouped_allreduce.noname.",
       "allgather.noname.", "broadcast.noname.",
       "alltoall.noname.",  "reducescatter.noname."};
-  return absl::StrCat(kPrefix[collective], unnamed_[collective]++);
+  // Counted per process set: only its members make its collectives.
+  int64_t n;
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    n = unnamed_[{collective, process_set}]++;
+  }
+  if (process_set == kGlobalProcessSet) return absl::StrCat(kPrefix[collective], n);
+  return absl::StrCat(kPrefix[collective], "set", process_set, ".", n);
 }
 
 Handle Context::Allreduce(const at::Tensor& tensor,
                           const AllreduceOptions& options, bool in_place) {
   const char* op_name = "allreduce";
   auto op = std::make_shared<PendingOp>();
-  op->name = NameFor(kAllreduce, options.name());
+  op->name = NameFor(kAllreduce, options.name(), options.process_set());
   at::Tensor t = CheckedTensor(tensor, op_name, op->name);
   kolo::AllreduceRequest request;
   request.name = op->name;
@@ -334,7 +342,7 @@ Handle Context::GroupedAllreduce(const std::vector<at::Tensor>& tensors,
                                  bool in_place) {
   const char* op_name = "grouped allreduce";
   auto op = std::make_shared<PendingOp>();
-  op->name = NameFor(kGroupedAllreduce, options.name());
+  op->name = NameFor(kGroupedAllreduce, options.name(), options.process_set());
   if (!options.names().empty() && options.names().size() != tensors.size()) {
     throw Error(Invalid(op_name, op->name,
                         absl::StrCat(options.names().size(), " names for ",
@@ -394,7 +402,7 @@ Handle Context::allgather_async(const at::Tensor& tensor,
                                 const AllgatherOptions& options) {
   const char* op_name = "allgather";
   auto op = std::make_shared<PendingOp>();
-  op->name = NameFor(kAllgather, options.name());
+  op->name = NameFor(kAllgather, options.name(), options.process_set());
   at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
   op->buffers = {in};
   kolo::AllgatherRequest request;
@@ -414,7 +422,7 @@ Handle Context::Broadcast(const at::Tensor& tensor,
                           const BroadcastOptions& options, bool in_place) {
   const char* op_name = "broadcast";
   auto op = std::make_shared<PendingOp>();
-  op->name = NameFor(kBroadcast, options.name());
+  op->name = NameFor(kBroadcast, options.name(), options.process_set());
   at::Tensor t = CheckedTensor(tensor, op_name, op->name);
   at::Tensor buffer;
   if (in_place) {
@@ -454,7 +462,7 @@ at::Tensor Context::broadcast_(const at::Tensor& tensor,
 
 std::string Context::broadcast_bytes(const std::string& bytes,
                                      const BroadcastOptions& options) {
-  const std::string name = NameFor(kBroadcast, options.name());
+  const std::string name = NameFor(kBroadcast, options.name(), options.process_set());
   at::Tensor length =
       at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
   broadcast_(length, BroadcastOptions(options).name(name + ".length"));
@@ -472,7 +480,7 @@ Handle Context::alltoall_async(const at::Tensor& tensor,
                                const AlltoallOptions& options) {
   const char* op_name = "alltoall";
   auto op = std::make_shared<PendingOp>();
-  op->name = NameFor(kAlltoall, options.name());
+  op->name = NameFor(kAlltoall, options.name(), options.process_set());
   at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
   op->buffers = {in};
   kolo::AlltoallRequest request;
@@ -493,7 +501,7 @@ Handle Context::reducescatter_async(const at::Tensor& tensor,
                                     const ReducescatterOptions& options) {
   const char* op_name = "reducescatter";
   auto op = std::make_shared<PendingOp>();
-  op->name = NameFor(kReducescatter, options.name());
+  op->name = NameFor(kReducescatter, options.name(), options.process_set());
   at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
   // This rank's share: its position within the set decides it.
   const std::vector<int> ranks = process_set_ranks(options.process_set());

@@ -144,7 +144,18 @@ PYBIND11_MODULE(_C, m) {
     }
   });
 
-  m.def("init", [] { init(); }, py::call_guard<py::gil_scoped_release>());
+  // Horovod's semantics: while ranks have joined, Average divides by the
+  // set size (joined ranks contribute zeros).
+  m.def(
+      "init",
+      [] {
+        absl::StatusOr<kolo::Options> options =
+            kolo::Runtime::OptionsFromEnvironment();
+        if (!options.ok()) throw Error(options.status());
+        options->join_average_over_set_size = true;
+        init(*options);
+      },
+      py::call_guard<py::gil_scoped_release>());
   m.def("shutdown", [] { shutdown(); },
         py::call_guard<py::gil_scoped_release>());
   m.def("is_initialized", &is_initialized);

@@ -41,7 +41,8 @@ class _CastCompressor(Compressor):
     @classmethod
     def compress(cls, tensor):
         dtype = tensor.dtype
-        if tensor.is_floating_point() and dtype.itemsize > cls._wire.itemsize:
+        if tensor.is_floating_point() and \
+                torch.finfo(dtype).bits > torch.finfo(cls._wire).bits:
             tensor = tensor.to(cls._wire)
         return tensor, dtype
 

@@ -46,14 +46,14 @@ def broadcast_object(obj, root_rank=0, name=None,
     data = pickle.dumps(obj) if process_set.rank() == root_rank else b""
     data = _C.broadcast_bytes(data, root_rank,
                               mpi_ops._name(name) or
-                              mpi_ops._generated_name("broadcast_object"),
+                              mpi_ops._generated_name("broadcast_object", process_set),
                               mpi_ops._set_id(process_set))
     return pickle.loads(data)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's ``obj``, in rank order."""
-    base = mpi_ops._name(name) or mpi_ops._generated_name("allgather_object")
+    base = mpi_ops._name(name) or mpi_ops._generated_name("allgather_object", process_set)
     data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
     sizes = mpi_ops.allgather(torch.tensor([data.numel()], dtype=torch.int64),
                               name=base + ".sizes", process_set=process_set)

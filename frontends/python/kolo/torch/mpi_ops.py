@@ -306,11 +306,15 @@ def _check_scaling(tensor, op, prescale_factor, postscale_factor, what):
 _unnamed = {}
 
 
-def _generated_name(kind):
+def _generated_name(kind, process_set=None):
     """"<kind>.noname.<n>" for the collectives composed here (the C++
-    frontend numbers its own): every rank must make the same unnamed calls
-    in the same order."""
-    counter = _unnamed.setdefault(kind, itertools.count())
+    frontend numbers its own), counted per process set (only its members
+    make its collectives): every rank of the set must make the same unnamed
+    calls in the same order."""
+    set_id = process_set.process_set_id if process_set is not None else 0
+    counter = _unnamed.setdefault((kind, set_id), itertools.count())
+    if set_id:
+        return "%s.noname.set%d.%d" % (kind, set_id, next(counter))
     return "%s.noname.%d" % (kind, next(counter))
 
 
@@ -613,7 +617,7 @@ def grouped_allgather_async(tensors, name=None,
     results. (Each member is negotiated under "<name>.<index>"; unlike a
     grouped allreduce, members are not fused as one unit.)"""
     tensors = list(tensors)
-    base = _name(name) or _generated_name("grouped_allgather")
+    base = _name(name) or _generated_name("grouped_allgather", process_set)
     handles = [allgather_async(t, "%s.%d" % (base, i), process_set)
                for i, t in enumerate(tensors)]
     return _Handle(handles, lambda hs: [synchronize(h) for h in hs])
@@ -621,7 +625,7 @@ def grouped_allgather_async(tensors, name=None,
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
     """Allgathers each tensor of a list; returns the list of results."""
-    base = _name(name) or _generated_name("grouped_allgather")
+    base = _name(name) or _generated_name("grouped_allgather", process_set)
     return [allgather(t, "%s.%d" % (base, i), process_set)
             for i, t in enumerate(tensors)]
 
@@ -818,7 +822,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Reducescatters each tensor of a list; the handle's result is the list
     of results (members negotiated under "<name>.<index>")."""
-    base = _name(name) or _generated_name("grouped_reducescatter")
+    base = _name(name) or _generated_name("grouped_reducescatter", process_set)
     handles = [reducescatter_async(t, "%s.%d" % (base, i), op, process_set,
                                    prescale_factor, postscale_factor)
                for i, t in enumerate(tensors)]
@@ -828,7 +832,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
 def grouped_reducescatter(tensors, name=None, compression=Compression.none,
                           op=Average, process_set=global_process_set,
                           prescale_factor=1.0, postscale_factor=1.0):
-    base = _name(name) or _generated_name("grouped_reducescatter")
+    base = _name(name) or _generated_name("grouped_reducescatter", process_set)
     return [reducescatter(t, "%s.%d" % (base, i), compression, op,
                           process_set, prescale_factor, postscale_factor)
             for i, t in enumerate(tensors)]
@@ -847,7 +851,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         raise ValueError("sparse_allreduce_async supports op=hvd.Sum and "
                          "hvd.Average")
     t = tensor.coalesce()
-    base = _name(name) or _generated_name("sparse_allreduce")
+    base = _name(name) or _generated_name("sparse_allreduce", process_set)
     indices = allgather_async(t.indices().t().contiguous(), base + ".indices",
                               process_set)
     values = allgather_async(t.values(), base + ".values", process_set)

@@ -18,8 +18,9 @@
 // Every collective is matched across ranks by its name. Give names
 // (AllreduceOptions().name("loss")) when ranks may submit in different
 // orders; otherwise a name is generated from a per-Context, per-collective
-// counter ("allreduce.noname.7"), which matches across ranks only if every
-// rank submits that collective the same number of times in the same order.
+// counter ("allreduce.noname.7"; "allreduce.noname.set2.7" in process set
+// 2), which matches across ranks only if every rank of the set submits that
+// collective the same number of times in the same order.
 //
 // Tensors: dense CPU tensors of dtype uint8, int8, int16, int32, int64,
 // float16, bfloat16, float32 or float64 (and bool, which broadcast, allgather
@@ -48,6 +49,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -276,7 +278,8 @@ class Context {
     kReducescatter,
     kNumCollectives
   };
-  std::string NameFor(Collective collective, const std::string& given);
+  std::string NameFor(Collective collective, const std::string& given,
+                      int process_set);
   Handle Allreduce(const at::Tensor& tensor, const AllreduceOptions& options,
                    bool in_place);
   Handle Broadcast(const at::Tensor& tensor, const BroadcastOptions& options,
@@ -291,8 +294,8 @@ class Context {
 
   std::shared_ptr<kolo::Runtime> runtime_;
   std::atomic<bool> shut_down_{false};
-  // Counters for generated names, one per collective.
-  std::array<std::atomic<int64_t>, kNumCollectives> unnamed_{};
+  // Counters for generated names, per collective and process set.
+  std::map<std::pair<int, int>, int64_t> unnamed_;  // guarded by in_flight_mu_
 
   std::mutex in_flight_mu_;
   // Submitted collectives, pruned of completed ones when the list reaches

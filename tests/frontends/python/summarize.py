@@ -1,0 +1,53 @@
+"""Combines the JUnit files of every rank of one pytest session (see
+run_ranks.sh): a test passed when it passed on every rank."""
+
+import glob
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def outcomes(path):
+    """test id -> "passed" | "failed" | "skipped" for one rank's file."""
+    result = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        test_id = "%s::%s" % (case.get("classname"), case.get("name"))
+        if case.find("failure") is not None or case.find("error") is not None:
+            result[test_id] = "failed"
+        elif case.find("skipped") is not None:
+            result[test_id] = "skipped"
+        else:
+            result[test_id] = "passed"
+    return result
+
+
+def main():
+    out, np = sys.argv[1], int(sys.argv[2])
+    files = sorted(glob.glob(os.path.join(out, "np%d-rank*.xml" % np)))
+    per_rank = [outcomes(f) for f in files]
+    ok = len(files) == np
+    if not ok:
+        print("FAILED python/np%d: %d of %d ranks wrote results" %
+              (np, len(files), np))
+    ids = sorted(set().union(*per_rank)) if per_rank else []
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    for test_id in ids:
+        seen = [r.get(test_id, "missing") for r in per_rank]
+        if all(s == "passed" for s in seen) and len(seen) == np:
+            verdict = "passed"
+        elif all(s == "skipped" for s in seen):
+            verdict = "skipped"
+        else:
+            verdict = "failed"
+            ok = False
+        counts[verdict] += 1
+        detail = "" if verdict != "failed" else " (%s)" % ", ".join(
+            "rank %d: %s" % (r, s) for r, s in enumerate(seen))
+        print("%s python/np%d/%s%s" % (verdict.upper(), np, test_id, detail))
+    print("python/np%d: %d passed, %d failed, %d skipped" %
+          (np, counts["passed"], counts["failed"], counts["skipped"]))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

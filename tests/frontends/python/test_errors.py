@@ -1,0 +1,69 @@
+"""Errors: bad arguments raise ValueError/TypeError before anything is
+submitted; the runtime's errors raise KoloInternalError (Horovod's
+HorovodInternalError) carrying its message, on every rank."""
+
+import pytest
+import torch
+
+import kolo.torch as hvd
+
+
+def test_mismatched_shapes_name_every_rank(rank, size):
+    with pytest.raises(hvd.HorovodInternalError) as info:
+        hvd.allreduce(torch.ones(rank + 1), name="err.shape")
+    message = str(info.value)
+    assert 'allreduce "err.shape": shape mismatch' in message
+    for r in range(size):
+        assert "[%d]" % (r + 1) in message
+    assert info.value.code == "INVALID_ARGUMENT"
+    # The job goes on.
+    assert hvd.allreduce(torch.ones(2), op=hvd.Sum, name="err.after").sum() == 2 * size
+
+
+def test_mismatched_dtypes_and_roots(rank):
+    with pytest.raises(hvd.KoloInternalError, match="dtype mismatch"):
+        dtype = torch.float32 if rank == 0 else torch.float64
+        hvd.allreduce(torch.ones(2, dtype=dtype), name="err.dtype")
+    with pytest.raises(hvd.KoloInternalError, match="root mismatch"):
+        hvd.broadcast(torch.ones(2), root_rank=rank, name="err.root")
+
+
+def test_a_name_submitted_twice_fails_at_once():
+    h = hvd.allreduce_async(torch.ones(3), name="err.twice")
+    with pytest.raises(ValueError, match="already in flight"):
+        hvd.allreduce_async(torch.ones(3), name="err.twice")
+    hvd.synchronize(h)
+
+
+def test_bad_arguments_raise_before_anything_is_submitted():
+    with pytest.raises(TypeError, match="complex64 is not supported"):
+        hvd.allreduce(torch.ones(2, dtype=torch.complex64))
+    with pytest.raises(TypeError, match="dtype torch.bool is not supported"):
+        hvd.allreduce(torch.ones(2, dtype=torch.bool))
+    with pytest.raises(ValueError, match="average is not defined for integer"):
+        hvd.allreduce(torch.ones(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="unknown reduction op"):
+        hvd.allreduce(torch.ones(2), op=17)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    with pytest.raises(ValueError, match="root_rank 99"):
+        hvd.broadcast(torch.ones(2), root_rank=99)
+    with pytest.raises(ValueError, match="sparse"):
+        hvd.allreduce(torch.eye(2).to_sparse())
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        hvd.allreduce([1, 2])
+    with pytest.raises(ValueError, match="scalar"):
+        hvd.allgather(torch.tensor(1.0))
+    with pytest.raises(ValueError, match="Sum and hvd.Average"):
+        hvd.reducescatter(torch.ones(4), op=hvd.Max)
+    with pytest.raises(TypeError, match="synchronize"):
+        hvd.synchronize(42)
+    with pytest.raises(ValueError, match="meta"):
+        hvd.allreduce(torch.ones(2, device="meta"))
+    # Nothing was submitted: the job is in step.
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="err.clean").item() == hvd.size()
+
+
+def test_splits_that_do_not_add_up(rank, size):
+    with pytest.raises(ValueError, match="splits"):
+        hvd.alltoall(torch.ones(size * 2), splits=[1] * (size + 1))
