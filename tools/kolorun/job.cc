@@ -101,6 +101,13 @@ Variables JobVariables(const std::vector<std::string>& inherited,
       !Has(vars, "KOLO_START_TIMEOUT")) {
     Set(&vars, "KOLO_START_TIMEOUT", FormatSeconds(options.start_timeout));
   }
+  // Python workers write through kolorun's pipes, where Python would
+  // buffer whole blocks: unbuffered, their lines (and a dying worker's last
+  // words) reach the console as they are written.
+  if (!Inherited(inherited, "PYTHONUNBUFFERED") &&
+      !Has(vars, "PYTHONUNBUFFERED")) {
+    Set(&vars, "PYTHONUNBUFFERED", "1");
+  }
   return vars;
 }
 

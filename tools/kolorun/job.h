@@ -70,8 +70,9 @@ struct RankEndpoint {
 // KOLO_SECRET_FD, KOLO_LAUNCHER=kolorun), the same ranks under Horovod's
 // names (HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_*, HOROVOD_CROSS_*, as
 // horovodrun exports them), KOLO_IFACE (--network-interface) and KOLO_LOG_LEVEL
-// (--log-level) when given, the -x variables, KOLO_START_TIMEOUT unless set,
-// and OMP_NUM_THREADS = max(1, cpus / local size) unless set.
+// (--log-level) when given, the -x variables, KOLO_START_TIMEOUT and
+// PYTHONUNBUFFERED=1 unless set, and OMP_NUM_THREADS = max(1, cpus / local
+// size) unless set.
 std::vector<std::string> WorkerEnvironment(
     const std::vector<std::string>& inherited, const LaunchOptions& options,
     const RankEndpoint& endpoint, int cpus);

@@ -22,7 +22,7 @@ cd "$repo"
 timeout 900 bazel-bin/tools/kolorun/kolorun -np "$np" sh -c '
   xml="$0/np$1-rank$KOLO_RANK.xml"; shift
   exec /usr/bin/python3 -m pytest -p no:cacheprovider -q \
-    --junitxml="$xml" "$@" tests/frontends/python' \
+    --junitxml="$xml" "$@" tests/frontends/python/session' \
   "$out" "$np" "$@"
 status=$?
 /usr/bin/python3 "$repo/tests/frontends/python/summarize.py" "$out" "$np"

@@ -23,12 +23,13 @@ def outcomes(path):
 
 def main():
     out, np = sys.argv[1], int(sys.argv[2])
+    label = sys.argv[3] if len(sys.argv) > 3 else "np%d" % np
     files = sorted(glob.glob(os.path.join(out, "np%d-rank*.xml" % np)))
     per_rank = [outcomes(f) for f in files]
     ok = len(files) == np
     if not ok:
-        print("FAILED python/np%d: %d of %d ranks wrote results" %
-              (np, len(files), np))
+        print("FAILED python/%s: %d of %d ranks wrote results" %
+              (label, len(files), np))
     ids = sorted(set().union(*per_rank)) if per_rank else []
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     for test_id in ids:
@@ -43,9 +44,9 @@ def main():
         counts[verdict] += 1
         detail = "" if verdict != "failed" else " (%s)" % ", ".join(
             "rank %d: %s" % (r, s) for r, s in enumerate(seen))
-        print("%s python/np%d/%s%s" % (verdict.upper(), np, test_id, detail))
-    print("python/np%d: %d passed, %d failed, %d skipped" %
-          (np, counts["passed"], counts["failed"], counts["skipped"]))
+        print("%s python/%s/%s%s" % (verdict.upper(), label, test_id, detail))
+    print("python/%s: %d passed, %d failed, %d skipped" %
+          (label, counts["passed"], counts["failed"], counts["skipped"]))
     return 0 if ok else 1
 
 

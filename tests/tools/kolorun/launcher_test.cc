@@ -69,10 +69,10 @@ TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
         // As horovodrun exports them.
         "HOROVOD_RANK=2", "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=2",
         "HOROVOD_LOCAL_SIZE=4", "HOROVOD_CROSS_RANK=0",
-        "HOROVOD_CROSS_SIZE=1"}) {
+        "HOROVOD_CROSS_SIZE=1", "PYTHONUNBUFFERED=1"}) {
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
-  EXPECT_EQ(env.size(), 20u);
+  EXPECT_EQ(env.size(), 21u);
 }
 
 TEST(WorkerEnvironmentTest, PlacementOnSeveralHosts) {
@@ -169,10 +169,11 @@ TEST(RemoteWorkerEnvironmentTest, ForwardsTheDocumentedVariablesOnly) {
         "KOLO_RENDEZVOUS_ADDR=10.0.0.1", "KOLO_RENDEZVOUS_PORT=999",
         "KOLO_START_TIMEOUT=60", "KOLO_LAUNCHER=kolorun", "HOROVOD_RANK=3",
         "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=1", "HOROVOD_LOCAL_SIZE=2",
-        "HOROVOD_CROSS_RANK=1", "HOROVOD_CROSS_SIZE=2"}) {
+        "HOROVOD_CROSS_RANK=1", "HOROVOD_CROSS_SIZE=2",
+        "PYTHONUNBUFFERED=1"}) {
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
-  EXPECT_EQ(env.size(), 21u);
+  EXPECT_EQ(env.size(), 22u);
   // The guard makes the secret's descriptor on the remote host; the login
   // environment there provides HOME; OMP_NUM_THREADS follows the remote
   // host's CPUs.

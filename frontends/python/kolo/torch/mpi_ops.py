@@ -6,7 +6,9 @@ negotiation, fusion and the data movement are the runtime's. The
 non-in-place collectives are differentiable (see each function).
 """
 
+import atexit
 import itertools
+import sys
 import threading
 
 import torch
@@ -141,8 +143,35 @@ def init(comm=None, process_sets=None):
             "not use MPI: start the job with kolorun (or mpirun) instead")
     _C.init()
     global_process_set.ranks = list(range(_C.size()))
+    global _atexit_registered
+    if not _atexit_registered:
+        # As Horovod: a script that never calls shutdown() leaves the job
+        # together with the others when it exits; one that dies of an
+        # exception leaves at once, so that the others hear of it (and
+        # kolorun names it) without waiting.
+        atexit.register(_shutdown_at_exit)
+        previous = sys.excepthook
+
+        def excepthook(kind, value, traceback):
+            global _died_of_exception
+            _died_of_exception = True
+            previous(kind, value, traceback)
+        sys.excepthook = excepthook
+        _atexit_registered = True
     for ps in process_sets or ():
         add_process_set(ps)
+
+
+_atexit_registered = False
+_died_of_exception = False
+
+
+def _shutdown_at_exit():
+    if _C.is_initialized() and not _died_of_exception:
+        try:
+            shutdown()
+        except KoloInternalError:
+            pass  # The job failed; its error was reported already.
 
 
 def shutdown():

@@ -1,6 +1,6 @@
 """The pytest session of kolo.torch's tests: run in every rank of one job,
-`kolorun -np N python3 -m pytest tests/frontends/python` (tools/test.sh
-runs it at N = 2 and 3 and counts a test as passed when it passed on every
+`kolorun -np N python3 -m pytest tests/frontends/python/session`
+(tools/test.sh runs it at N = 2 and 3 and counts a test as passed when it passed on every
 rank: tests/frontends/python/run_ranks.sh).
 
 Every test runs on every rank, in the same order, so tests may use

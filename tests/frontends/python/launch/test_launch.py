@@ -1,0 +1,126 @@
+"""kolo.torch launched the ways users launch it."""
+
+import os
+import re
+import socket
+
+from conftest import KOLORUN, PYTHON, REPO, env, run
+
+ALLREDUCE = """
+import torch
+import kolo.torch as hvd
+hvd.init()
+out = hvd.allreduce(torch.ones(3) * (hvd.rank() + 1), op=hvd.Sum)
+print("RESULT rank %d of %d: %s" % (hvd.rank(), hvd.size(), out.tolist()))
+"""
+
+
+def test_mnist_example_on_a_subset_as_the_readme_shows():
+    r = run([KOLORUN, "-np", "2", PYTHON,
+             os.path.join(REPO, "frontends/python/examples/mnist.py"),
+             "--epochs", "1", "--limit-train", "1024", "--limit-test", "500",
+             "--log-interval", "4", "--min-accuracy", "40"],
+            env=env(), cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in (0, 1):
+        assert re.search(r"^\[%d\] OK rank %d of 2: test accuracy" % (rank, rank),
+                         r.stdout, re.M), r.stdout
+    assert "samples/s over 2 ranks" in r.stdout
+    assert re.search(r"^\[0\] epoch 1 step 4/\d+: loss", r.stdout, re.M)
+
+
+def test_a_python_exception_on_one_rank_ends_the_job_naming_it(script):
+    path = script("""
+import torch
+import kolo.torch as hvd
+hvd.init()
+if hvd.rank() == 1:
+    raise RuntimeError("rank 1 gives up")
+hvd.allreduce(torch.ones(2), name="never")
+""")
+    r = run([KOLORUN, "-np", "3", PYTHON, path], env=env(KOLO_OP_TIMEOUT="60"),
+            timeout=60)
+    assert r.returncode != 0
+    assert "RuntimeError: rank 1 gives up" in r.stdout + r.stderr
+    # kolorun names rank 1 first: it leaves at once (no shutdown at exit
+    # after an uncaught exception).
+    named = re.findall(r"kolorun: rank (\d) \(pid \d+\) exited with code 1",
+                       r.stderr)
+    assert named and named[0] == "1", r.stderr
+    # The survivors heard of it (not 60 s later) and said so.
+    assert "rank 1 lost" in r.stdout + r.stderr
+
+
+def test_horovod_variables_and_unbuffered_output(script):
+    path = script("""
+import os
+print("HVD", os.environ["HOROVOD_RANK"], os.environ["HOROVOD_SIZE"],
+      os.environ["HOROVOD_LOCAL_RANK"], os.environ["PYTHONUNBUFFERED"])
+""")
+    r = run([KOLORUN, "-np", "2", PYTHON, path], env=env())
+    assert r.returncode == 0, r.stderr
+    assert "[0] HVD 0 2 0 1" in r.stdout and "[1] HVD 1 2 1 1" in r.stdout
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_under_torchrun(script):
+    path = script(ALLREDUCE)
+    # Debian's torch 1.13 on Python 3.11 cannot parse the default
+    # --redirects 0: "1" (stdout to a log file, teed) works.
+    r = run([PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+             "--redirects", "1", "--tee", "1", "--log_dir",
+             os.path.join(os.path.dirname(path), "logs"),
+             "--master_port", str(_free_port()), path],
+            env=env(KOLO_SECRET="torchrun-test-secret-0123456789",
+                    KOLO_RENDEZVOUS_PORT=str(_free_port())))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in (0, 1):
+        assert "RESULT rank %d of 2: [3.0, 3.0, 3.0]" % rank in r.stdout, \
+            r.stdout
+
+
+def test_under_mpirun(script):
+    path = script(ALLREDUCE)
+    r = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+             "-x", "PYTHONPATH", "-x", "KOLO_SECRET", "-x",
+             "KOLO_RENDEZVOUS_PORT", PYTHON, path],
+            env=env(KOLO_SECRET="mpirun-test-secret-0123456789",
+                    KOLO_RENDEZVOUS_PORT=str(_free_port())))
+    assert r.returncode == 0, r.stdout + r.stderr
+    for rank in (0, 1):
+        assert "RESULT rank %d of 2: [3.0, 3.0, 3.0]" % rank in r.stdout
+
+
+def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_tree(tmp_path):
+    wheels = tmp_path / "wheels"
+    r = run([os.path.join(REPO, "tools/build_wheel.sh"), str(wheels)],
+            timeout=1200)
+    assert r.returncode == 0, r.stdout + r.stderr
+    built = list(wheels.glob("kolo-*.whl"))
+    assert len(built) == 1, built
+    venv = tmp_path / "venv"
+    r = run([PYTHON, "-m", "venv", "--system-site-packages", str(venv)])
+    assert r.returncode == 0, r.stderr
+    r = run([str(venv / "bin" / "pip"), "install", "--no-index",
+             str(built[0])])
+    assert r.returncode == 0, r.stdout + r.stderr
+    clean = {k: v for k, v in env().items() if k not in ("PYTHONPATH",
+                                                         "LD_LIBRARY_PATH")}
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    r = run([str(venv / "bin" / "python"), "-c",
+             "import kolo, kolo.torch as hvd; print(kolo.__file__)"],
+            env=clean, cwd=str(outside))
+    assert r.returncode == 0, r.stderr
+    assert str(venv) in r.stdout, r.stdout
+    (outside / "train.py").write_text(ALLREDUCE)
+    r = run([str(venv / "bin" / "kolorun"), "-np", "2",
+             str(venv / "bin" / "python"), "train.py"],
+            env=clean, cwd=str(outside))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "RESULT rank 1 of 2: [3.0, 3.0, 3.0]" in r.stdout
