@@ -181,6 +181,44 @@ TEST(Config, StoreListeningUnderKolorunOnly) {
   EXPECT_FALSE(o->store_listening);
 }
 
+// Note [Horovod's names]: HOROVOD_* settings kolo shares, KOLO_* winning.
+TEST(Config, HorovodNamesAreAliasesAndKoloWins) {
+  auto o = ParseOptions({{"HOROVOD_FUSION_THRESHOLD", "1048576"},
+                         {"HOROVOD_CYCLE_TIME", "2.5"},
+                         {"HOROVOD_CACHE_CAPACITY", "7"},
+                         {"HOROVOD_TIMELINE", "/tmp/t.json"},
+                         {"HOROVOD_TIMELINE_MARK_CYCLES", "1"},
+                         {"HOROVOD_STALL_CHECK_TIME_SECONDS", "9"},
+                         {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "30"},
+                         {"HOROVOD_LOG_LEVEL", "debug"},
+                         {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->fusion_threshold_bytes, 1 << 20);
+  EXPECT_EQ(o->cycle_time, absl::Microseconds(2500));
+  EXPECT_EQ(o->cache_capacity, 7);
+  EXPECT_EQ(o->timeline_path, "/tmp/t.json");
+  EXPECT_TRUE(o->timeline_mark_cycles);
+  EXPECT_EQ(o->stall_check_time, absl::Seconds(9));
+  EXPECT_EQ(o->stall_shutdown_time, absl::Seconds(30));
+  EXPECT_EQ(o->log_level, LogLevel::kDebug);
+  EXPECT_TRUE(o->hierarchical_allreduce);
+
+  o = ParseOptions({{"HOROVOD_FUSION_THRESHOLD", "1048576"},
+                    {"KOLO_FUSION_THRESHOLD", "4096"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->fusion_threshold_bytes, 4096);
+
+  o = ParseOptions({{"HOROVOD_STALL_CHECK_DISABLE", "1"}});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stall_check_time, absl::ZeroDuration());
+
+  // A bad value names the variable that was read.
+  o = ParseOptions({{"HOROVOD_CYCLE_TIME", "soon"}});
+  ASSERT_FALSE(o.ok());
+  EXPECT_THAT(std::string(o.status().message()),
+              HasSubstr("HOROVOD_CYCLE_TIME=\"soon\""));
+}
+
 // --- The job secret. ---
 
 // Note [Secret without a file]: kolorun's descriptor, read at offset 0 as
