@@ -201,7 +201,9 @@ void Coordinator::PushReady(Ready ready) {
     // The name of an E event is informational: it closes the last B.
     config_.timeline->End(name, "NEGOTIATE");
     if (IsData(ready.get())) {
-      config_.timeline->Begin(name, OperationPhase(ready.get().type()));
+      if (const char* op = OperationPhase(ready.get().type())) {
+        config_.timeline->Begin(name, op);
+      }
       config_.timeline->Begin(name, "QUEUE");
     }
   }

@@ -238,10 +238,9 @@ absl::Status Executor::Execute(
     const wire::Response& r;
     Timeline* timeline;
     ~EndOperation() {
-      if (!timeline || !timeline->enabled()) return;
-      for (const std::string& name : r.names()) {
-        timeline->End(name, OperationPhase(r.type()));
-      }
+      const char* op = OperationPhase(r.type());
+      if (!timeline || !timeline->enabled() || !op) return;
+      for (const std::string& name : r.names()) timeline->End(name, op);
     }
   } end_operation{r, timeline_};
   absl::Status s;

@@ -34,12 +34,16 @@ void StopLiveRuntimes() {
     }
     r.live.clear();
   }
+  if (live.empty()) return;
   for (const std::shared_ptr<RuntimeImpl>& runtime : live) {
     runtime->StopForExit();
   }
   // Not destroyed: the process is ending, and a destructor would only touch
-  // more of what exit() is tearing down.
-  new std::vector<std::shared_ptr<RuntimeImpl>>(std::move(live));
+  // more of what exit() is tearing down. Kept reachable from a global, so
+  // leak checkers see it held, not lost.
+  static std::vector<std::shared_ptr<RuntimeImpl>>* stopped_at_exit = nullptr;
+  stopped_at_exit =
+      new std::vector<std::shared_ptr<RuntimeImpl>>(std::move(live));
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ const char* OperationPhase(int response_type) {
     case wire::RESPONSE_REDUCESCATTER: return "REDUCESCATTER";
     case wire::RESPONSE_BARRIER: return "BARRIER";
     case wire::RESPONSE_JOIN: return "JOIN";
-    default: return "OPERATION";
+    default: return nullptr;  // not run by an executor (process sets)
   }
 }
 

@@ -32,8 +32,8 @@
 namespace kolo {
 
 // Horovod's names of the activities of a tensor: "NEGOTIATE_ALLREDUCE" for a
-// wire::RequestType, "ALLREDUCE" for a wire::ResponseType ("NEGOTIATE" and
-// "OPERATION" for types without a name).
+// wire::RequestType ("NEGOTIATE" for the others), "ALLREDUCE" for a
+// wire::ResponseType that an executor runs (nullptr for the others).
 const char* NegotiatePhase(int request_type);
 const char* OperationPhase(int response_type);
 

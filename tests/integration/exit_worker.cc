@@ -16,6 +16,11 @@
 
 #include "kolo/runtime.h"
 
+// Held as the frontends hold their default instance: never destroyed, but
+// reachable from a global (leak checkers see them held).
+kolo::Runtime* g_leaked_runtime = nullptr;
+std::vector<float>* g_busy_buffer = nullptr;
+
 namespace {
 
 std::unique_ptr<kolo::Runtime> g_static_runtime;
@@ -39,7 +44,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<kolo::Runtime> local;
   kolo::Runtime* runtime = created->get();
   if (holder == "leaked") {
-    created->release();
+    g_leaked_runtime = created->release();
   } else if (holder == "static") {
     g_static_runtime = std::move(*created);
   } else {
@@ -47,8 +52,11 @@ int main(int argc, char** argv) {
   }
   // Keeps the control channel busy (request and response lists, every one
   // MAC'd) while main returns.
+  // Never freed: after a failure the backend may still read a buffer of
+  // the collective in flight (RuntimeImpl::Fatal).
+  g_busy_buffer = new std::vector<float>(16, 1.0f);
   std::thread([runtime] {
-    std::vector<float> busy(16, 1.0f);
+    std::vector<float>& busy = *g_busy_buffer;
     for (;;) {
       kolo::AllreduceRequest r;
       r.name = "exit/busy";

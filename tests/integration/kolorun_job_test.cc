@@ -136,7 +136,8 @@ TEST(KolorunJob, StalledRankIsNamedThenTheJobFails) {
 
 TEST(KolorunJob, HorovodParityCollectivesInRealProcesses) {
   const std::string timeline = MakeTempDir() + "/timeline.json";
-  Result r = RunCommand({"/usr/bin/env", "KOLO_TIMELINE=" + timeline, g_kolorun,
+  Result r = RunCommand({"/usr/bin/env", "KOLO_TIMELINE=" + timeline,
+                         "KOLO_TIMELINE_MARK_CYCLES=1", g_kolorun,
                          "-np", "4", g_parity_worker});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex ok_line(R"(\[(\d)\] PARITY OK rank \d join last (\d))");
