@@ -82,8 +82,9 @@ def _free_port():
 
 
 def train_bench(args):
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..",
-                                    "frontends", "python", "examples"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "..", "frontends", "python",
+                                    "examples"))
     from mnist import SimpleCNN
     torch.manual_seed(0)
     model = SimpleCNN()

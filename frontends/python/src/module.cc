@@ -166,6 +166,19 @@ PYBIND11_MODULE(_C, m) {
   m.def("cross_rank", [] { return cross_rank(); });
   m.def("cross_size", [] { return cross_size(); });
   m.def("built", &Built, "Whether this build has a backend: cuda, nccl, gloo");
+  // The runtime's counters (benchmarks, diagnostics).
+  m.def("stats", [] {
+    const kolo::RuntimeStats s = default_context()->runtime().stats();
+    py::dict d;
+    d["requests_sent"] = s.requests_sent;
+    d["cache_hits_sent"] = s.cache_hits_sent;
+    d["request_lists_sent"] = s.request_lists_sent;
+    d["response_lists_received"] = s.response_lists_received;
+    d["collectives_executed"] = s.collectives_executed;
+    d["tensors_executed"] = s.tensors_executed;
+    d["host_buffer_bytes"] = s.host_buffer_bytes;
+    return d;
+  });
 
   py::class_<Handle>(m, "Handle")
       .def("poll", &Handle::poll)

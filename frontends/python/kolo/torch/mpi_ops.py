@@ -47,6 +47,10 @@ _REDUCED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32,
                    torch.int64, torch.float16, torch.bfloat16, torch.float32,
                    torch.float64)
 _MOVED_DTYPES = _REDUCED_DTYPES + (torch.bool,)
+_REDUCED_SET = frozenset(_REDUCED_DTYPES)
+_MOVED_SET = frozenset(_MOVED_DTYPES)
+_FLOAT_SET = frozenset((torch.float16, torch.bfloat16, torch.float32,
+                        torch.float64))
 
 
 # --- Process sets -----------------------------------------------------------
@@ -123,6 +127,8 @@ def remove_process_set(process_set):
 
 
 def _set_id(process_set):
+    if process_set is global_process_set:
+        return 0
     if not isinstance(process_set, ProcessSet):
         raise TypeError("process_set must be a ProcessSet, not %s" %
                         type(process_set).__name__)
@@ -299,15 +305,21 @@ def _op_of(op, average, default=Average):
     return op
 
 
-def _check_tensor(tensor, what, dtypes=_REDUCED_DTYPES):
+# These checks run for every collective, also each gradient of a training
+# step submitted from Python: each costs a set lookup or an attribute read.
+def _check_tensor(tensor, what, dtypes=_REDUCED_SET):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s expects a torch.Tensor, got %s" %
                         (what, type(tensor).__name__))
     if tensor.dtype not in dtypes:
         raise TypeError(
             "%s: dtype %s is not supported (kolo supports %s)" %
-            (what, tensor.dtype, ", ".join(str(d).replace("torch.", "")
-                                           for d in dtypes)))
+            (what, tensor.dtype, ", ".join(
+                str(d).replace("torch.", "")
+                for d in (_MOVED_DTYPES if dtypes is _MOVED_SET
+                          else _REDUCED_DTYPES))))
+    if tensor.is_cpu and tensor.layout == torch.strided:
+        return
     if tensor.layout != torch.strided:
         raise ValueError("%s: %s tensors are not supported (dense tensors "
                          "only; sparse gradients: sparse_allreduce_async or "
@@ -322,7 +334,7 @@ def _check_tensor(tensor, what, dtypes=_REDUCED_DTYPES):
 
 
 def _check_scaling(tensor, op, prescale_factor, postscale_factor, what):
-    if not tensor.is_floating_point():
+    if tensor.dtype not in _FLOAT_SET:
         if op == Average:
             raise ValueError(
                 "%s: average is not defined for integer dtype %s; use "
@@ -380,15 +392,24 @@ class _Handle:
             return self._result
 
 
+# The C++ frontend's own handle, which the plain collectives return as it is
+# (a result that needs no Python afterwards: the cheapest path).
+_NativeHandle = _C.Handle
+
+
 def poll(handle):
     """True once the collective of ``handle`` has finished (synchronize()
     then returns at once)."""
+    if type(handle) is _NativeHandle:
+        return handle.poll()
     return handle._done or handle._handle.poll()
 
 
 def synchronize(handle):
     """Waits for the collective of ``handle`` and returns its result;
     raises KoloInternalError (HorovodInternalError) if it failed."""
+    if type(handle) is _NativeHandle:
+        return handle.wait()
     if not isinstance(handle, _Handle):
         raise TypeError("synchronize() expects a handle returned by an "
                         "*_async function, got %s" % type(handle).__name__)
@@ -409,10 +430,9 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
                      process_set, in_place, what):
     _check_tensor(tensor, what)
     _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
-    return _Handle(_C.allreduce_async(tensor, _name(name), op,
-                                      float(prescale_factor),
-                                      float(postscale_factor),
-                                      _set_id(process_set), in_place))
+    return _C.allreduce_async(tensor, _name(name), op, float(prescale_factor),
+                              float(postscale_factor), _set_id(process_set),
+                              in_place)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None,
@@ -599,12 +619,11 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's ``tensor`` along the first
     dimension, in rank order (the first dimension may differ between
     ranks). The handle's result is the concatenation."""
-    _check_tensor(tensor, "allgather", _MOVED_DTYPES)
+    _check_tensor(tensor, "allgather", _MOVED_SET)
     if tensor.dim() == 0:
         raise ValueError("allgather: a scalar has no first dimension to "
                          "concatenate along; reshape it to [1]")
-    return _Handle(_C.allgather_async(tensor, _name(name),
-                                      _set_id(process_set)))
+    return _C.allgather_async(tensor, _name(name), _set_id(process_set))
 
 
 def _rows_before_me(rows, process_set):
@@ -662,14 +681,14 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 # --- Broadcast ----------------------------------------------------------------
 
 def _broadcast_async(tensor, root_rank, name, process_set, in_place, what):
-    _check_tensor(tensor, what, _MOVED_DTYPES)
+    _check_tensor(tensor, what, _MOVED_SET)
     set_size = len(process_set.ranks) if process_set.ranks else None
     if not isinstance(root_rank, int) or root_rank < 0 or (
             set_size is not None and root_rank >= set_size):
         raise ValueError("%s: root_rank %r is not a rank of the process set "
                          "(size %s)" % (what, root_rank, set_size))
-    return _Handle(_C.broadcast_async(tensor, root_rank, _name(name),
-                                      _set_id(process_set), in_place))
+    return _C.broadcast_async(tensor, root_rank, _name(name),
+                              _set_id(process_set), in_place)
 
 
 def broadcast_async(tensor, root_rank, name=None,
@@ -739,7 +758,7 @@ def alltoall_async(tensor, splits=None, name=None,
     (equal parts of the first dimension when None). The handle's result is
     (the rows received from every rank, concatenated in rank order, and a
     tensor of how many rows came from each)."""
-    _check_tensor(tensor, "alltoall", _MOVED_DTYPES)
+    _check_tensor(tensor, "alltoall", _MOVED_SET)
     if tensor.dim() == 0:
         raise ValueError("alltoall: a scalar has no first dimension to split")
     handle = _C.alltoall_async(tensor, _splits_list(splits, "alltoall"),
@@ -795,10 +814,10 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
     if tensor.dim() == 0:
         raise ValueError("%s: a scalar has no first dimension to scatter" %
                          what)
-    return _Handle(_C.reducescatter_async(tensor, _name(name), op,
-                                          float(prescale_factor),
-                                          float(postscale_factor),
-                                          _set_id(process_set)))
+    return _C.reducescatter_async(tensor, _name(name), op,
+                                  float(prescale_factor),
+                                  float(postscale_factor),
+                                  _set_id(process_set))
 
 
 def reducescatter_async(tensor, name=None, op=Average,
