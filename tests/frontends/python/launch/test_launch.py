@@ -124,3 +124,11 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_tree(tmp_path):
             env=clean, cwd=str(outside))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "RESULT rank 1 of 2: [3.0, 3.0, 3.0]" in r.stdout
+    # The README's command, from the venv, on a small subset.
+    r = run([str(venv / "bin" / "kolorun"), "-np", "2",
+             str(venv / "bin" / "python"),
+             os.path.join(REPO, "frontends/python/examples/mnist.py"),
+             "--epochs", "1", "--limit-train", "512", "--limit-test", "200"],
+            env=clean, cwd=str(outside))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[1] OK rank 1 of 2: test accuracy" in r.stdout, r.stdout

@@ -39,6 +39,7 @@ OPTIMIZERS = {
     "nadam": lambda p: torch.optim.NAdam(p),
     "radam": lambda p: torch.optim.RAdam(p),
     "rprop": lambda p: torch.optim.Rprop(p),
+    "lbfgs": lambda p: torch.optim.LBFGS(p, lr=0.1),
 }
 
 
@@ -48,8 +49,12 @@ def test_broadcast_optimizer_state_of_every_optimizer(name, rank):
     opt = OPTIMIZERS[name](model.parameters())
     # Root has stepped (its state exists), the others have not.
     if rank == 0:
-        model(torch.ones(1, 3)).sum().backward()
-        opt.step()
+        def closure():
+            opt.zero_grad()
+            loss = model(torch.ones(1, 3)).sum()
+            loss.backward()
+            return loss
+        opt.step(closure)
         opt.param_groups[0]["lr"] = 0.123
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     state = opt.state_dict()
