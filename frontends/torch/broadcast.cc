@@ -145,7 +145,10 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root,
 
 void broadcast_optimizer_state(DistributedOptimizer& optimizer, int root,
                                const std::shared_ptr<Context>& context) {
-  broadcast_optimizer_state(optimizer.optimizer(), root,
+  // save()/load() lend the one set of param groups and state to the wrapped
+  // optimizer (Note [One set of param groups]).
+  broadcast_optimizer_state(static_cast<::torch::optim::Optimizer&>(optimizer),
+                            root,
                             context ? context : optimizer.options().context());
 }
 

@@ -66,7 +66,11 @@ DistributedOptimizer::DistributedOptimizer(
     std::unique_ptr<::torch::optim::Optimizer> optimizer,
     const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
     DistributedOptimizerOptions options)
-    : optimizer_(std::move(optimizer)), options_(std::move(options)) {
+    : ::torch::optim::Optimizer(
+          std::vector<::torch::optim::OptimizerParamGroup>{},
+          optimizer ? optimizer->defaults().clone() : nullptr),
+      optimizer_(std::move(optimizer)),
+      options_(std::move(options)) {
   if (!optimizer_) throw Invalid("the optimizer is null");
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : named_parameters) {
@@ -78,6 +82,9 @@ DistributedOptimizer::DistributedOptimizer(
     params.emplace_back(std::move(p.name), std::move(p.param));
   }
   reducer_ = std::make_unique<GradientReducer>(std::move(params), options_);
+  // Note [One set of param groups]: from here on they are ours.
+  std::swap(param_groups_, optimizer_->param_groups());
+  std::swap(state_, optimizer_->state());
 }
 
 DistributedOptimizer::DistributedOptimizer(
@@ -93,15 +100,51 @@ void DistributedOptimizer::synchronize() { reducer_->synchronize(); }
 
 void DistributedOptimizer::skip_synchronize() { reducer_->skip_synchronize(); }
 
-void DistributedOptimizer::step() {
+// Note [One set of param groups]: the wrapped optimizer holds them while a
+// Lent lives, also if its step() throws.
+class DistributedOptimizer::Lent {
+ public:
+  explicit Lent(const DistributedOptimizer& owner)
+      : owner_(const_cast<DistributedOptimizer&>(owner)) {
+    Swap();
+  }
+  ~Lent() { Swap(); }
+  Lent(const Lent&) = delete;
+  Lent& operator=(const Lent&) = delete;
+
+ private:
+  void Swap() {
+    std::swap(owner_.param_groups_, owner_.optimizer_->param_groups());
+    std::swap(owner_.state_, owner_.optimizer_->state());
+  }
+  DistributedOptimizer& owner_;
+};
+
+at::Tensor DistributedOptimizer::step(LossClosure closure) {
   reducer_->BeforeStep();
-  optimizer_->step();
+  at::Tensor loss;
+  {
+    Lent lent(*this);
+    loss = optimizer_->step(std::move(closure));
+  }
   reducer_->AfterStep();
+  return loss;
+}
+
+void DistributedOptimizer::save(
+    ::torch::serialize::OutputArchive& archive) const {
+  Lent lent(*this);
+  optimizer_->save(archive);
+}
+
+void DistributedOptimizer::load(::torch::serialize::InputArchive& archive) {
+  Lent lent(*this);
+  optimizer_->load(archive);
 }
 
 void DistributedOptimizer::zero_grad() {
   reducer_->BeforeZeroGrad();
-  optimizer_->zero_grad();
+  ::torch::optim::Optimizer::zero_grad();
 }
 
 }  // namespace torch

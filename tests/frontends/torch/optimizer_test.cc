@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -450,6 +451,107 @@ TEST(DataParallel, MisuseIsReportedClearly) {
     ADD_FAILURE() << "unnamed parameters were accepted";
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("not in named_parameters"));
+  }
+  ShutdownContexts(ctx);
+}
+
+// What a plain LibTorch program does with an optimizer: a helper taking
+// torch::optim::Optimizer&.
+void TrainStep(optim::Optimizer& optimizer, nn::Linear& lin,
+               const at::Tensor& x) {
+  optimizer.zero_grad();
+  lin->forward(x).sum().backward();
+  optimizer.step();
+}
+
+// Note [One set of param groups]: the DistributedOptimizer is an Optimizer;
+// a scheduler on it sets the lr the wrapped optimizer steps with; state and
+// checkpoints are the wrapped optimizer's.
+TEST(DataParallel, IsAnOptimizerWithTheWrappedOnesGroupsAndState) {
+  Contexts ctx = StartContexts(2);
+  OnEachRank(2, [&](int rank) {
+    nn::Linear lin(nn::LinearOptions(3, 1).bias(false));
+    lin->to(at::kDouble);
+    {
+      at::NoGradGuard no_grad;
+      lin->weight.fill_(1.0);
+    }
+    DistributedOptimizer opt(
+        std::make_unique<optim::SGD>(lin->parameters(), optim::SGDOptions(1.0)),
+        lin->named_parameters(), On(ctx[rank]));
+    optim::Optimizer& base = opt;
+    optim::StepLR scheduler(base, /*step_size=*/1, /*gamma=*/0.5);
+    const at::Tensor x = at::full({1, 3}, rank + 1.0, at::kDouble);
+    // Step 1 at lr 1: the averaged gradient is (1 + 2) / 2 = 1.5 per weight.
+    TrainStep(base, lin, x);
+    EXPECT_TRUE(at::allclose(lin->weight, at::full({1, 3}, 1.0 - 1.5, at::kDouble)));
+    // LibTorch's StepLR changes the lr from its second step() on.
+    scheduler.step();
+    scheduler.step();
+    EXPECT_DOUBLE_EQ(base.param_groups()[0].options().get_lr(), 0.5);
+    // Step 2 at the scheduler's lr 0.5: the wrapped SGD used it.
+    TrainStep(base, lin, x);
+    EXPECT_TRUE(at::allclose(lin->weight,
+                             at::full({1, 3}, 1.0 - 1.5 - 0.75, at::kDouble)));
+    // Between steps the groups are the DistributedOptimizer's alone.
+    EXPECT_EQ(base.param_groups().size(), 1u);
+    EXPECT_TRUE(opt.optimizer().param_groups().empty());
+    EXPECT_TRUE(base.parameters()[0].is_same(lin->weight));
+  });
+  ShutdownContexts(ctx);
+}
+
+TEST(DataParallel, AdamStateAndCheckpointRoundTrip) {
+  Contexts ctx = StartContexts(1);
+  nn::Linear lin(3, 2);
+  DistributedOptimizer opt(std::make_unique<optim::Adam>(lin->parameters()),
+                           lin->named_parameters(), On(ctx[0]));
+  TrainStep(opt, lin, at::ones({2, 3}));
+  // Adam's per-parameter state lives where state() says.
+  EXPECT_EQ(opt.state().size(), 2u);
+  std::stringstream checkpoint;
+  ::torch::save(opt, checkpoint);
+
+  nn::Linear other(3, 2);
+  DistributedOptimizer restored(
+      std::make_unique<optim::Adam>(other->parameters()),
+      other->named_parameters(), On(ctx[0]));
+  ::torch::load(restored, checkpoint);
+  ASSERT_EQ(restored.state().size(), 2u);
+  // State is keyed by each parameter's TensorImpl.
+  auto key = [](const at::Tensor& p) {
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  };
+  const auto mine = lin->parameters(), theirs = other->parameters();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const auto& a =
+        static_cast<const optim::AdamParamState&>(*opt.state().at(key(mine[i])));
+    const auto& b = static_cast<const optim::AdamParamState&>(
+        *restored.state().at(key(theirs[i])));
+    EXPECT_EQ(a.step(), b.step());
+    EXPECT_TRUE(at::equal(a.exp_avg(), b.exp_avg()));
+  }
+  ShutdownContexts(ctx);
+}
+
+// The workaround users tried before the DistributedOptimizer was an
+// Optimizer: stepping the wrapped optimizer itself. It is caught with an
+// error that says so, from step(), never from inside backward().
+TEST(DataParallel, SteppingTheWrappedOptimizerIsExplained) {
+  Contexts ctx = StartContexts(1);
+  nn::Linear lin(3, 2);
+  DistributedOptimizer opt(
+      std::make_unique<optim::SGD>(lin->parameters(), optim::SGDOptions(0.1)),
+      lin->named_parameters(), On(ctx[0]));
+  lin->forward(at::ones({1, 3})).sum().backward();
+  opt.optimizer().step();  // bypasses the DistributedOptimizer
+  lin->forward(at::ones({1, 3})).sum().backward();  // no exception here
+  try {
+    opt.step();
+    ADD_FAILURE() << "stepping the wrapped optimizer went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("wrapped optimizer's own step()"));
+    EXPECT_THAT(e.what(), HasSubstr("call the DistributedOptimizer's instead"));
   }
   ShutdownContexts(ctx);
 }

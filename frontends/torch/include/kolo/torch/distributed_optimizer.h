@@ -1,5 +1,7 @@
 // DistributedOptimizer: data-parallel training by wrapping any
-// torch::optim::Optimizer.
+// torch::optim::Optimizer. It is a torch::optim::Optimizer itself, so it
+// goes wherever one is expected: a training function taking
+// `torch::optim::Optimizer&`, LibTorch's LR schedulers, checkpoint code.
 //
 //   kolo::torch::DistributedOptimizer optimizer(
 //       std::make_unique<torch::optim::Adam>(model->parameters(), 1e-3),
@@ -8,9 +10,23 @@
 //                         // autograd has accumulated it
 //   optimizer.step();     // waits for them, then steps the wrapped optimizer
 //
+// Note [One set of param groups]
+// LibTorch 1.13 makes step(), save() and load() virtual and nothing else:
+// param_groups(), state(), zero_grad() and the LR schedulers work on the
+// Optimizer base's own members. So the DistributedOptimizer holds the
+// wrapped optimizer's param groups and state itself (moved out of the
+// wrapped one at construction, not copied) and lends them back for the
+// length of each step(), save() and load(): there is one set of options and
+// state, and a scheduler's lr, a zero_grad(), a state() lookup on the
+// DistributedOptimizer reach exactly what the wrapped optimizer steps with.
+// In between, the wrapped optimizer (optimizer()) holds none: use the
+// DistributedOptimizer.
+//
 // The gradients' hooks and allreduces are a GradientReducer's
 // (gradient_reducer.h: Note [Gradient hooks], Note [No error leaves a
-// hook]), shared with the Python frontend.
+// hook]), shared with the Python frontend. zero_grad() is not virtual: when
+// called through an Optimizer& it cannot check that no allreduce is in
+// flight (call step() or synchronize() first, as a training loop does).
 //
 // Threads: the hooks run on autograd's threads; step(), synchronize() and
 // zero_grad() are meant for the training loop's thread, between backward
@@ -33,7 +49,7 @@
 namespace kolo {
 namespace torch {
 
-class DistributedOptimizer {
+class DistributedOptimizer : public ::torch::optim::Optimizer {
  public:
   // `named_parameters` names every parameter of `optimizer`'s param groups
   // (as Module::named_parameters() does); parameters in it that the
@@ -49,7 +65,7 @@ class DistributedOptimizer {
   explicit DistributedOptimizer(
       std::unique_ptr<::torch::optim::Optimizer> optimizer,
       DistributedOptimizerOptions options = {});
-  ~DistributedOptimizer();
+  ~DistributedOptimizer() override;
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
@@ -66,17 +82,27 @@ class DistributedOptimizer {
   void skip_synchronize();
 
   // synchronize() unless done since the last backward pass (or skipped),
-  // then the wrapped optimizer's step().
-  void step();
+  // then the wrapped optimizer's step() (with `closure`, if given).
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  // The wrapped optimizer's save()/load() of the one set of param groups
+  // and state (Note [One set of param groups]).
+  void save(::torch::serialize::OutputArchive& archive) const override;
+  void load(::torch::serialize::InputArchive& archive) override;
 
   // The wrapped optimizer's zero_grad(). Throws Error while allreduces are
   // in flight (they write into the gradients).
   void zero_grad();
 
+  // The wrapped optimizer. Between steps it holds no param groups (Note
+  // [One set of param groups]).
   ::torch::optim::Optimizer& optimizer() { return *optimizer_; }
   const DistributedOptimizerOptions& options() const { return options_; }
 
  private:
+  // Lends the param groups and state to the wrapped optimizer while alive.
+  class Lent;
+
   std::unique_ptr<::torch::optim::Optimizer> optimizer_;
   DistributedOptimizerOptions options_;
   std::unique_ptr<GradientReducer> reducer_;
