@@ -33,7 +33,7 @@ foreign=$(grep -v -E '^((typeinfo( name)? for |vtable for |VTT for |(non-)?virtu
 [ -z "$foreign" ] || fail "libkolo.so exports symbols that are not kolo's:
 $(head -20 <<<"$foreign")"
 for want in 'kolo::Runtime::Create(' 'kolo::torch::init()' \
-  'kolo::torch::DistributedOptimizer::step()' 'typeinfo for kolo::torch::Error'; do
+  'kolo::torch::DistributedOptimizer::step(' 'typeinfo for kolo::torch::Error'; do
   grep -qF "$want" <<<"$exported" || fail "libkolo.so does not export $want"
 done
 echo "$(wc -l <<<"$exported") symbols, all kolo's"
