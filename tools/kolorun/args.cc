@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
 namespace kolo {
@@ -132,7 +133,40 @@ absl::Status ParseLogLevel(absl::string_view value, std::string* out) {
       value, "\""));
 }
 
+// "0", "0,2-3": ranks, each >= 0, ranges inclusive; sorted, no duplicates.
+absl::Status ParseRankList(absl::string_view flag, absl::string_view value,
+                           std::vector<int>* out) {
+  const auto invalid = [&] {
+    return Invalid(absl::StrCat(
+        flag, " expects ranks such as \"0\" or \"0,2-3\", got \"", value,
+        "\""));
+  };
+  std::set<int> ranks;
+  for (absl::string_view item : absl::StrSplit(value, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    int first, last;
+    const size_t dash = item.find('-');
+    if (dash == absl::string_view::npos) {
+      if (!absl::SimpleAtoi(item, &first)) return invalid();
+      last = first;
+    } else if (!absl::SimpleAtoi(item.substr(0, dash), &first) ||
+               !absl::SimpleAtoi(item.substr(dash + 1), &last)) {
+      return invalid();
+    }
+    if (first < 0 || last < first || last >= (1 << 30)) return invalid();
+    if (last - first > (1 << 20)) return invalid();
+    for (int r = first; r <= last; ++r) ranks.insert(r);
+  }
+  out->assign(ranks.begin(), ranks.end());
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+bool LaunchOptions::ShowsRank(int rank) const {
+  return output_ranks.empty() ||
+         std::binary_search(output_ranks.begin(), output_ranks.end(), rank);
+}
 
 absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   LaunchOptions options;
@@ -153,6 +187,10 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
     }
     if (arg == "--verbose") {
       options.verbose = true;
+      continue;
+    }
+    if (arg == "--tag-output" || arg == "--no-tag-output") {
+      options.tag_output = arg == "--tag-output";
       continue;
     }
     if (arg == "--prefix-timestamp" ||
@@ -214,6 +252,10 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
       apply = [&, name](absl::string_view v) {
         return ParseNonEmpty(name, v, &options.output_dir);
       };
+    } else if (name == "--output-ranks") {
+      apply = [&, name](absl::string_view v) {
+        return ParseRankList(name, v, &options.output_ranks);
+      };
     } else if (name == "--log-level") {
       apply = [&](absl::string_view v) {
         return ParseLogLevel(v, &options.log_level);
@@ -254,6 +296,13 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   }
   if (have_host_list && !options.hostfile.empty()) {
     return Invalid("-H and --hostfile both list hosts: use one of them");
+  }
+  if (!options.output_ranks.empty() &&
+      options.output_ranks.back() >= options.num_proc) {
+    return Invalid(absl::StrCat("--output-ranks names rank ",
+                                options.output_ranks.back(), ", but -np ",
+                                options.num_proc, " has ranks 0 to ",
+                                options.num_proc - 1));
   }
   options.command.assign(args.begin() + i, args.end());
   if (options.command.empty()) {
@@ -303,6 +352,14 @@ in its environment, and forwards their output prefixed with "[rank] ".
 kolorun's options end at the first positional argument or at "--";
 everything after is the worker command.
 
+Output is relayed live: a line still being written (a prompt, a progress bar
+rewritten with '\r') appears after 100 ms as a line of its own, each '\r'
+version of a line as an update (at most 4 a second per rank), and everything
+a worker wrote is printed when it exits or dies. Python workers run
+unbuffered (PYTHONUNBUFFERED=1); a C or C++ program writing to a pipe
+buffers its stdout until it flushes: call setvbuf(stdout, NULL, _IONBF, 0)
+(or fflush after a '\r' line), or run it as `stdbuf -o0 program`.
+
 options:
   -np N, --num-proc N       number of workers to start (required, >= 1)
   -H, --hosts LIST          hosts and their slots, e.g. "host1:2,host2:2"
@@ -323,6 +380,13 @@ options:
   -x NAME[=VALUE]           set NAME for every worker: to VALUE, or to
                             kolorun's own value (repeatable)
   --output-filename DIR     also write each rank's output to DIR/rank.<N>.log
+  --tag-output              prefix each output line with "[rank] " (default)
+  --no-tag-output           print the workers' lines as they wrote them
+  --output-ranks LIST       print only these ranks' output, e.g. "0" or
+                            "0,2-3" (default: every rank); the others' files
+                            under --output-filename are still written, and a
+                            hidden rank that fails has its last 20 lines of
+                            stderr shown
   --prefix-timestamp        prefix each output line with the UTC time
   --log-level LEVEL         KOLO_LOG_LEVEL of the workers: trace, debug,
                             info, warning, error or fatal

@@ -48,6 +48,13 @@ struct LaunchOptions {
   std::string output_dir;
   // --prefix-timestamp: prefix each output line with the time kolorun got it.
   bool prefix_timestamp = false;
+  // --tag-output (default) / --no-tag-output: the "[rank] " prefix.
+  bool tag_output = true;
+  // --output-ranks LIST ("0", "0,2-3"): print only these ranks' output
+  // (empty: every rank). --output-filename files still get every rank's.
+  std::vector<int> output_ranks;
+  // Whether rank `rank`'s output goes to kolorun's stdout/stderr.
+  bool ShowsRank(int rank) const;
   // --log-level LEVEL: exported to the workers as KOLO_LOG_LEVEL.
   std::string log_level;
   // --start-timeout SECONDS: how long every rank has to set its

@@ -41,6 +41,9 @@ constexpr absl::Duration kGuardSlack = absl::Seconds(3);
 // what they saw and exit before the teardown signals them (Phase
 // kReporting). Survivors hear of a lost rank within milliseconds.
 constexpr absl::Duration kReportGrace = absl::Seconds(1);
+// Lines of stderr kept for a rank that --output-ranks hides, shown if it
+// fails.
+constexpr size_t kHiddenTailLines = 20;
 
 int PollTimeoutMs(absl::Time deadline) {
   if (deadline == absl::InfiniteFuture()) return -1;
@@ -304,6 +307,8 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
   guard_->Watch(spawned.pid);
   ForwardOptions forward;
   forward.timestamps = options_.prefix_timestamp;
+  forward.tag = options_.tag_output;
+  forward.visible = options_.ShowsRank(rank);
   forward.log_fd = worker.log_fd;
   worker.out = std::make_unique<LineForwarder>(rank, out_pipe[0], STDOUT_FILENO,
                                                forward);
@@ -316,6 +321,8 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
           ParseGuardStatus(rest, &w.remote_pid, &w.remote_wait_status);
     };
   }
+  // A hidden rank's last words on stderr are shown if it fails.
+  forward.hidden_tail = kHiddenTailLines;
   worker.err = std::make_unique<LineForwarder>(rank, err_pipe[0], STDERR_FILENO,
                                                forward);
   if (worker.running) worker_by_pid_[worker.pid] = workers_.size();
@@ -361,8 +368,13 @@ void Launcher::EventLoop() {
         forwarders.push_back(stream);
       }
     }
-    const int ready =
-        poll(fds.data(), fds.size(), PollTimeoutMs(NextDeadline()));
+    // The line a worker is still writing is due on the console too (Note
+    // [Live output] in output.h).
+    absl::Time deadline = NextDeadline();
+    for (LineForwarder* stream : forwarders) {
+      deadline = std::min(deadline, stream->Deadline());
+    }
+    const int ready = poll(fds.data(), fds.size(), PollTimeoutMs(deadline));
     if (ready < 0 && errno != EINTR) {
       Fail(absl::StrCat("kolorun: poll failed: ", std::strerror(errno)), 1);
       if (phase_ == Phase::kTerminating) {
@@ -385,6 +397,10 @@ void Launcher::EventLoop() {
     }
 
     const absl::Time now = absl::Now();
+    for (Worker& worker : workers_) {
+      worker.out->OnTimer(now);
+      worker.err->OnTimer(now);
+    }
     if (phase_ == Phase::kRunning && now >= start_deadline_) OnStartDeadline();
     if (phase_ == Phase::kReporting && now >= report_deadline_) {
       BeginTeardown();
@@ -488,11 +504,14 @@ void Launcher::ReapChildren() {
     // in its pipes now: print it before its exit status.
     for (LineForwarder* stream : {worker.out.get(), worker.err.get()}) {
       stream->ReadAvailable();
-      stream->FlushPartialLine();
+      stream->Flush();
     }
     bool success = false;
     std::string what =
         absl::StrCat("kolorun: ", DescribeEnd(worker, status, &success));
+    if (!success && !options_.ShowsRank(worker.placement.rank)) {
+      ShowHiddenTail(worker);
+    }
     // Whether the teardown's own signal ended it (not worth a line).
     const bool ours =
         WIFSIGNALED(status) &&
@@ -525,6 +544,19 @@ void Launcher::ReapChildren() {
       Log(what);
     }
   }
+}
+
+void Launcher::ShowHiddenTail(const Worker& worker) {
+  const std::vector<std::string> tail = worker.err->HiddenTail();
+  if (tail.empty()) return;
+  const int rank = worker.placement.rank;
+  std::string text = absl::StrCat(
+      "kolorun: the last ", tail.size(), " lines rank ", rank,
+      " wrote to stderr (--output-ranks hides its output):\n");
+  for (const std::string& line : tail) {
+    absl::StrAppend(&text, "[", rank, "] ", line, "\n");
+  }
+  WriteFully(STDERR_FILENO, text);
 }
 
 bool Launcher::RankSet(const char* what, int rank) const {

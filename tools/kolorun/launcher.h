@@ -123,6 +123,8 @@ class Launcher {
   void KillRemaining(bool wait_for_guards);
   // SIGKILL to the ssh of every remote rank still running.
   void KillSsh();
+  // Prints what a rank hidden by --output-ranks last wrote to stderr.
+  void ShowHiddenTail(const Worker& worker);
   bool AllWorkersReaped() const;
   bool AnyProcessGroupAlive() const;
   absl::Time NextDeadline() const;

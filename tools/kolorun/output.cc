@@ -5,6 +5,8 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -13,8 +15,7 @@ namespace kolo {
 namespace kolorun {
 namespace {
 
-// A worker that writes without newlines still reaches the console in pieces
-// of at most this size, and kolorun's memory stays bounded.
+// The longest line kept whole (Note [Live output]).
 constexpr size_t kMaxLineBytes = 64 * 1024;
 // Bytes read per ReadAvailable() call, so that one chatty worker cannot
 // starve the others (or the signal pipe) in the poll loop. At least the
@@ -42,7 +43,7 @@ void WriteFully(int fd, const std::string& data) {
 
 LineForwarder::LineForwarder(int rank, int source_fd, int target_fd,
                              ForwardOptions options)
-    : prefix_(absl::StrCat("[", rank, "] ")),
+    : prefix_(options.tag ? absl::StrCat("[", rank, "] ") : ""),
       source_fd_(source_fd),
       target_fd_(target_fd),
       options_(std::move(options)) {
@@ -70,35 +71,83 @@ void LineForwarder::EmitLine(absl::string_view line, std::string* out) {
                                           absl::UTCTimeZone()),
                          " ");
   }
-  absl::StrAppend(out, stamp, prefix_, line, "\n");
+  if (options_.visible) {
+    absl::StrAppend(out, stamp, prefix_, line, "\n");
+  } else if (options_.hidden_tail > 0) {
+    if (hidden_.size() == options_.hidden_tail) hidden_.pop_front();
+    hidden_.emplace_back(line);
+  }
   if (options_.log_fd >= 0) absl::StrAppend(&log_, stamp, line, "\n");
 }
 
 void LineForwarder::Write(std::string* out) {
-  WriteFully(target_fd_, *out);
+  if (!out->empty()) WriteFully(target_fd_, *out);
   out->clear();
-  if (options_.log_fd >= 0) WriteFully(options_.log_fd, log_);
+  if (options_.log_fd >= 0 && !log_.empty()) WriteFully(options_.log_fd, log_);
   log_.clear();
 }
 
-void LineForwarder::SplitLines(const char* data, size_t size,
-                               std::string* out) {
-  size_t start = 0;
-  for (size_t i = 0; i < size; ++i) {
-    if (data[i] != '\n') continue;
-    partial_.append(data + start, i - start);
-    EmitLine(partial_, out);
-    partial_.clear();
-    start = i + 1;
+void LineForwarder::EndLine(std::string* out) {
+  if (after_cr_ && line_.empty()) {
+    // "text\r\n": the newline ends the last version.
+    if (has_version_) EmitLine(version_, out);
+  } else if (shown_ == 0 || shown_ < line_.size()) {
+    EmitLine(absl::string_view(line_).substr(shown_), out);
   }
-  partial_.append(data + start, size - start);
-  if (partial_.size() >= kMaxLineBytes) {
-    EmitLine(partial_, out);
-    partial_.clear();
+  // A version still waiting was replaced by this line.
+  line_.clear();
+  shown_ = 0;
+  has_version_ = false;
+  version_.clear();
+  after_cr_ = false;
+  waiting_since_ = absl::InfiniteFuture();
+}
+
+void LineForwarder::EndVersion() {
+  if (shown_ < line_.size()) {
+    version_ = line_;
+    has_version_ = true;
+  } else if (!line_.empty()) {
+    has_version_ = false;  // This version was written; it replaced the last.
+  }
+  line_.clear();
+  shown_ = 0;
+  after_cr_ = true;
+  if (!has_version_) waiting_since_ = absl::InfiniteFuture();
+}
+
+void LineForwarder::Consume(const char* data, size_t size, absl::Time now,
+                            std::string* out) {
+  for (size_t i = 0; i < size;) {
+    if (data[i] == '\n') {
+      EndLine(out);
+      ++i;
+      continue;
+    }
+    if (data[i] == '\r') {
+      EndVersion();
+      ++i;
+      continue;
+    }
+    size_t end = i;
+    while (end < size && data[end] != '\n' && data[end] != '\r') ++end;
+    line_.append(data + i, end - i);
+    after_cr_ = false;
+    if (waiting_since_ == absl::InfiniteFuture()) waiting_since_ = now;
+    i = end;
+    if (line_.size() >= kMaxLineBytes) {
+      // A worker that never ends its line still reaches the console in
+      // pieces, and kolorun's memory stays bounded.
+      EmitLine(absl::string_view(line_).substr(shown_), out);
+      line_.clear();
+      shown_ = 0;
+      has_version_ = false;
+      waiting_since_ = absl::InfiniteFuture();
+    }
   }
 }
 
-void LineForwarder::ReadAvailable() {
+void LineForwarder::ReadAvailable(absl::Time now) {
   if (source_fd_ < 0) return;
   char buffer[16 * 1024];
   std::string out;
@@ -106,7 +155,7 @@ void LineForwarder::ReadAvailable() {
     const ssize_t n = read(source_fd_, buffer, sizeof(buffer));
     if (n > 0) {
       total += static_cast<size_t>(n);
-      SplitLines(buffer, static_cast<size_t>(n), &out);
+      Consume(buffer, static_cast<size_t>(n), now, &out);
       if (out.size() >= kMaxLineBytes) Write(&out);
       continue;
     }
@@ -120,16 +169,42 @@ void LineForwarder::ReadAvailable() {
   Write(&out);
 }
 
-void LineForwarder::FlushPartialLine() {
-  if (partial_.empty()) return;
+absl::Time LineForwarder::Deadline() const {
+  if (waiting_since_ == absl::InfiniteFuture()) return waiting_since_;
+  return std::max(waiting_since_ + kPartialDelay, last_partial_ + kUpdateGap);
+}
+
+void LineForwarder::ShowPending(absl::Time now, std::string* out) {
+  if (shown_ < line_.size()) {
+    // The newest text: it replaces any version still waiting.
+    EmitLine(absl::string_view(line_).substr(shown_), out);
+    shown_ = line_.size();
+  } else if (has_version_) {
+    EmitLine(version_, out);
+  } else {
+    return;
+  }
+  has_version_ = false;
+  version_.clear();
+  waiting_since_ = absl::InfiniteFuture();
+  last_partial_ = now;
+}
+
+void LineForwarder::OnTimer(absl::Time now) {
+  if (now < Deadline()) return;
   std::string out;
-  EmitLine(partial_, &out);
-  partial_.clear();
+  ShowPending(now, &out);
+  Write(&out);
+}
+
+void LineForwarder::Flush(absl::Time now) {
+  std::string out;
+  ShowPending(now, &out);
   Write(&out);
 }
 
 void LineForwarder::Close() {
-  FlushPartialLine();
+  Flush();
   if (source_fd_ >= 0) {
     close(source_fd_);
     source_fd_ = -1;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace kolo {
@@ -125,6 +126,40 @@ TEST(ParseArgsTest, DoubleDashEndsOptionsEvenBeforeDashArguments) {
   auto options = ParseArgs({"-np", "1", "--", "--version"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_EQ(options->command, (Args{"--version"}));
+}
+
+TEST(ParseArgsTest, OutputChoices) {
+  auto options = ParseArgs({"-np", "8", "true"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_TRUE(options->tag_output);
+  EXPECT_TRUE(options->output_ranks.empty());
+  EXPECT_TRUE(options->ShowsRank(7));
+
+  options = ParseArgs({"-np", "8", "--no-tag-output", "--output-ranks",
+                       "5, 0,2-3,3", "true"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_FALSE(options->tag_output);
+  EXPECT_EQ(options->output_ranks, (std::vector<int>{0, 2, 3, 5}));
+  for (int rank = 0; rank < 8; ++rank) {
+    EXPECT_EQ(options->ShowsRank(rank),
+              rank == 0 || rank == 2 || rank == 3 || rank == 5)
+        << rank;
+  }
+  options = ParseArgs({"--output-ranks=0", "-np", "2", "true"});
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->output_ranks, (std::vector<int>{0}));
+
+  for (const char* bad : {"", "x", "-1", "1-", "3-1", "1,,2", "0-99999999"}) {
+    options = ParseArgs({"-np", "4", "--output-ranks", bad, "true"});
+    ASSERT_FALSE(options.ok()) << bad;
+    EXPECT_TRUE(absl::StrContains(options.status().message(),
+                                  "--output-ranks expects ranks such as"))
+        << options.status();
+  }
+  options = ParseArgs({"-np", "2", "--output-ranks", "0,2", "true"});
+  ASSERT_FALSE(options.ok());
+  EXPECT_EQ(options.status().message(),
+            "--output-ranks names rank 2, but -np 2 has ranks 0 to 1");
 }
 
 TEST(ParseArgsTest, LaterValueWins) {

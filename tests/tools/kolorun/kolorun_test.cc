@@ -74,6 +74,156 @@ TEST_F(KolorunTest, ForwardsStderrAndPartialLines) {
   EXPECT_FALSE(absl::StrContains(r.out, "to stderr"));
 }
 
+// Note [Live output] in output.h, with real workers. Each worker waits on a
+// fifo between steps: the test sees a step on kolorun's output while the
+// worker that wrote it is still blocked, then lets it go on.
+class LiveOutputTest : public KolorunTest {
+ protected:
+  void MakeFifos(int steps) {
+    for (int step = 1; step < steps; ++step) {
+      ASSERT_EQ(mkfifo(Fifo(step).c_str(), 0600), 0) << Fifo(step);
+    }
+  }
+  std::string Fifo(int step) const {
+    return absl::StrCat(scratch_, "/step", step);
+  }
+  // Unblocks a worker waiting in open(Fifo(step), O_RDONLY).
+  void Release(int step) {
+    const int fd = open(Fifo(step).c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << Fifo(step);
+    close(fd);
+  }
+  // Runs `args`; each of `shown` must appear on stdout before the worker
+  // is let past the following step.
+  Result Stepped(const std::vector<std::string>& args,
+                 const std::vector<std::string>& shown) {
+    MakeFifos(static_cast<int>(shown.size()));
+    Kolorun kolorun(args, Environment());
+    for (size_t step = 1; step <= shown.size(); ++step) {
+      EXPECT_TRUE(kolorun.WaitFor(1, shown[step - 1]))
+          << "step " << step << " not shown while the worker waits; stdout:\n"
+          << kolorun.Snapshot().out;
+      if (step < shown.size()) Release(static_cast<int>(step));
+    }
+    return kolorun.Wait();
+  }
+};
+
+TEST_F(LiveOutputTest, ShellProgressWithCarriageReturnsIsShownStepByStep) {
+  const Result r = Stepped(
+      {"-np", "1", "sh", "-c",
+       "printf '\\rstep 1/3'; cat \"$SCRATCH/step1\"; "
+       "printf '\\rstep 2/3'; cat \"$SCRATCH/step2\"; "
+       "printf '\\rstep 3/3\\n'"},
+      {"[0] step 1/3\n", "[0] step 2/3\n", "[0] step 3/3\n"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  // Each version once, as its own line; nothing piled up, no '\r' passed on.
+  EXPECT_EQ(r.out, "[0] step 1/3\n[0] step 2/3\n[0] step 3/3\n");
+}
+
+TEST_F(LiveOutputTest, PromptWithoutNewlineIsShownWhileTheWorkerWaits) {
+  const Result r = Stepped(
+      {"-np", "2", "sh", "-c",
+       "if [ $KOLO_RANK = 0 ]; then printf 'continue? '; "
+       "cat \"$SCRATCH/step1\"; echo yes; fi"},
+      {"[0] continue? \n", "[0] yes\n"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "[0] continue? \n[0] yes\n");
+}
+
+TEST_F(LiveOutputTest, PythonWorkerIsUnbufferedUnderKolorun) {
+  const Result r = Stepped(
+      {"-np", "1", "/usr/bin/python3", "-c",
+       "import os\n"
+       "print('\\rpython step 1', end='')\n"
+       "open(os.environ['SCRATCH'] + '/step1').read()\n"
+       "print('\\rpython step 2')\n"},
+      {"[0] python step 1\n", "[0] python step 2\n"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "[0] python step 1\n[0] python step 2\n");
+}
+
+TEST_F(LiveOutputTest, CxxWorkerWithUnbufferedStdout) {
+  const std::string worker = Runfile("tests/tools/kolorun/progress_worker");
+  const Result r =
+      Stepped({"-np", "1", worker, "unbuffered", "3"},
+              {"[0] Train step 1/3\n", "[0] Train step 2/3\n",
+               "[0] Train step 3/3\n"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "[0] Train step 1/3\n[0] Train step 2/3\n[0] Train step 3/3\n");
+}
+
+TEST_F(LiveOutputTest, CxxWorkerUnchangedUnderStdbuf) {
+  const std::string worker = Runfile("tests/tools/kolorun/progress_worker");
+  const Result r = Stepped({"-np", "1", "stdbuf", "-o0", worker, "plain", "2"},
+                           {"[0] Train step 1/2\n", "[0] Train step 2/2\n"});
+  EXPECT_EQ(r.exit_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "[0] Train step 1/2\n[0] Train step 2/2\n");
+}
+
+TEST_F(KolorunTest, LineInProgressIsKeptWhenTheWorkerIsKilled) {
+  const Result r = Run({"-np", "2", "sh", "-c",
+                        "echo $$ > \"$SCRATCH/pid.$KOLO_RANK\"; "
+                        "if [ $KOLO_RANK = 1 ]; then "
+                        "printf 'done\\n\\rlast words'; kill -KILL $$; fi; "
+                        "exec sleep 1000"});
+  EXPECT_NE(r.exit_code(), 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "[1] done\n[1] last words\n")) << r.out;
+  // Printed before kolorun says how the rank ended.
+  EXPECT_TRUE(absl::StrContains(
+      r.err, absl::StrCat("kolorun: rank 1 (pid ", PidFromFile("pid.1"),
+                          ") was killed by signal SIGKILL\n")))
+      << r.err;
+}
+
+TEST_F(KolorunTest, NoTagOutputPrintsLinesAsWritten) {
+  const Result r = Run({"-np", "2", "--no-tag-output", "sh", "-c",
+                        "echo out $KOLO_RANK; echo err $KOLO_RANK >&2"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"out 0", "out 1"})) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.err, "err 1\n")) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.err, "[1]")) << r.err;
+  // --tag-output (the default) after it wins.
+  const Result tagged = Run({"-np", "1", "--no-tag-output", "--tag-output",
+                             "echo", "hi"});
+  EXPECT_EQ(tagged.out, "[0] hi\n");
+}
+
+TEST_F(KolorunTest, OutputRanksShowsOnlyThoseRanksButLogsAll) {
+  const std::string logs = scratch_ + "/logs";
+  const Result r = Run({"-np", "4", "--output-ranks", "0,2-3",
+                        "--output-filename", logs, "sh", "-c",
+                        "echo out $KOLO_RANK; echo err $KOLO_RANK >&2"});
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  for (int rank : {0, 2, 3}) {
+    EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("[", rank, "] out ",
+                                                      rank, "\n")))
+        << r.out;
+    EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("[", rank, "] err ",
+                                                      rank, "\n")))
+        << r.err;
+  }
+  EXPECT_FALSE(absl::StrContains(r.out, "[1]")) << r.out;
+  EXPECT_FALSE(absl::StrContains(r.err, "[1]")) << r.err;
+  EXPECT_EQ(ReadFile(logs + "/rank.1.log"), "out 1\nerr 1\n");
+}
+
+TEST_F(KolorunTest, HiddenRankThatFailsHasItsLastStderrShown) {
+  const Result r = Run({"-np", "2", "--output-ranks", "0", "sh", "-c",
+                        "if [ $KOLO_RANK = 1 ]; then echo noise; "
+                        "echo 'reason it failed' >&2; exit 3; fi"});
+  EXPECT_EQ(r.exit_code(), 1);
+  EXPECT_TRUE(absl::StrContains(
+      r.err,
+      "kolorun: the last 1 lines rank 1 wrote to stderr (--output-ranks "
+      "hides its output):\n[1] reason it failed\n"))
+      << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "kolorun: rank 1 (pid ")) << r.err;
+  EXPECT_FALSE(absl::StrContains(r.out, "noise")) << r.out;
+}
+
 constexpr char kPrintEnvironment[] =
     "echo \"rank=$KOLO_RANK size=$KOLO_SIZE local=$KOLO_LOCAL_RANK/"
     "$KOLO_LOCAL_SIZE cross=$KOLO_CROSS_RANK/$KOLO_CROSS_SIZE "
@@ -537,8 +687,10 @@ TEST_F(KolorunTest, OutputFilesAndTimestamps) {
 TEST_F(KolorunTest, HelpListsTheOptions) {
   const Result r = Run({"--help"});
   EXPECT_EQ(r.exit_code(), 0);
-  for (const char* option : {"-np N", "--num-proc", "--start-timeout",
-                             "--grace-period", "--verbose", "--help"}) {
+  for (const char* option :
+       {"-np N", "--num-proc", "--start-timeout", "--grace-period",
+        "--verbose", "--help", "--tag-output", "--no-tag-output",
+        "--output-ranks LIST", "setvbuf(stdout, NULL, _IONBF, 0)"}) {
     EXPECT_TRUE(absl::StrContains(r.out, option)) << option;
   }
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -283,6 +284,141 @@ TEST(LineForwarderTest, SplitsOverlongLines) {
   EXPECT_EQ(std::count(out.begin(), out.end(), 'z'), 200 * 1024);
   EXPECT_GE(std::count(out.begin(), out.end(), '\n'), 3);
   EXPECT_TRUE(absl::StartsWith(out, "[1] zzz"));
+}
+
+// A forwarder fed step by step: Feed() writes to its source pipe and has it
+// read at time `at`; Take() returns what it wrote to its target since.
+class Steps {
+ public:
+  explicit Steps(ForwardOptions options = {}) {
+    int source[2], target[2];
+    EXPECT_EQ(pipe(source), 0);
+    EXPECT_EQ(pipe2(target, O_NONBLOCK), 0);
+    writer_ = source[1];
+    reader_ = target[0];
+    target_ = target[1];
+    forwarder_ = std::make_unique<LineForwarder>(0, source[0], target_,
+                                                 std::move(options));
+  }
+  ~Steps() {
+    forwarder_.reset();
+    if (writer_ >= 0) close(writer_);
+    close(reader_);
+    close(target_);
+  }
+  LineForwarder& forwarder() { return *forwarder_; }
+  void Feed(const std::string& data, absl::Time at) {
+    WriteFully(writer_, data);
+    forwarder_->ReadAvailable(at);
+  }
+  void End(absl::Time at) {
+    close(writer_);
+    writer_ = -1;
+    forwarder_->ReadAvailable(at);
+    EXPECT_EQ(forwarder_->fd(), -1);
+  }
+  std::string Take() {
+    std::string out;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(reader_, buffer, sizeof(buffer))) > 0) out.append(buffer, n);
+    return out;
+  }
+
+ private:
+  int writer_ = -1, reader_ = -1, target_ = -1;
+  std::unique_ptr<LineForwarder> forwarder_;
+};
+
+const absl::Time kT0 = absl::FromUnixSeconds(1000);
+absl::Time At(int ms) { return kT0 + absl::Milliseconds(ms); }
+
+TEST(LineForwarderTest, PartialLineIsWrittenAfterItsDelayAndNotAgain) {
+  Steps steps;
+  steps.Feed("Loading", At(0));
+  EXPECT_EQ(steps.Take(), "");
+  EXPECT_EQ(steps.forwarder().Deadline(), At(0) + kPartialDelay);
+  steps.forwarder().OnTimer(At(99));
+  EXPECT_EQ(steps.Take(), "");
+  steps.forwarder().OnTimer(At(100));
+  EXPECT_EQ(steps.Take(), "[0] Loading\n");
+  EXPECT_EQ(steps.forwarder().Deadline(), absl::InfiniteFuture());
+  // The rest of the line comes as a further line, without what was shown.
+  steps.Feed("... done\nnext\n", At(500));
+  EXPECT_EQ(steps.Take(), "[0] ... done\n[0] next\n");
+  // A line written whole before its delay ran out is written once.
+  steps.Feed("a", At(600));
+  steps.Feed("b\n", At(650));
+  EXPECT_EQ(steps.Take(), "[0] ab\n");
+  EXPECT_EQ(steps.forwarder().Deadline(), absl::InfiniteFuture());
+}
+
+TEST(LineForwarderTest, CarriageReturnVersionsAreUpdatesAtMostOnePerGap) {
+  Steps steps;
+  steps.Feed("\rstep 1/4", At(0));
+  steps.forwarder().OnTimer(At(100));
+  EXPECT_EQ(steps.Take(), "[0] step 1/4\n");
+  // Two versions in quick succession: the first is replaced before its turn.
+  steps.Feed("\rstep 2/4", At(120));
+  steps.Feed("\rstep 3/4", At(150));
+  EXPECT_EQ(steps.forwarder().Deadline(), At(100) + kUpdateGap);
+  steps.forwarder().OnTimer(At(349));
+  EXPECT_EQ(steps.Take(), "");
+  steps.forwarder().OnTimer(At(350));
+  EXPECT_EQ(steps.Take(), "[0] step 3/4\n");
+  // The newline ends the line with its last version; no '\r' ever leaves.
+  steps.Feed("\rstep 4/4 loss 0.25\n", At(400));
+  EXPECT_EQ(steps.Take(), "[0] step 4/4 loss 0.25\n");
+  // "text\r\n" (as from a Windows program): one line.
+  steps.Feed("crlf\r", At(1000));
+  steps.Feed("\n", At(1001));
+  EXPECT_EQ(steps.Take(), "[0] crlf\n");
+  // Blank lines stay.
+  steps.Feed("\n\n", At(1100));
+  EXPECT_EQ(steps.Take(), "[0] \n[0] \n");
+}
+
+TEST(LineForwarderTest, LastVersionIsWrittenAtEof) {
+  Steps steps;
+  steps.Feed("\rA\rB\rC", At(0));
+  EXPECT_EQ(steps.Take(), "");
+  steps.End(At(1));
+  EXPECT_EQ(steps.Take(), "[0] C\n");
+
+  Steps ended_by_cr;
+  ended_by_cr.Feed("\rA\rlast version\r", At(0));
+  ended_by_cr.End(At(1));
+  EXPECT_EQ(ended_by_cr.Take(), "[0] last version\n");
+}
+
+TEST(LineForwarderTest, FlushWritesTheLineInProgressAtOnce) {
+  Steps steps;
+  steps.Feed("prompt> ", At(0));
+  steps.forwarder().Flush(At(1));
+  EXPECT_EQ(steps.Take(), "[0] prompt> \n");
+  steps.forwarder().Flush(At(2));
+  EXPECT_EQ(steps.Take(), "");
+}
+
+TEST(LineForwarderTest, WithoutTagLinesAreAsWritten) {
+  ForwardOptions options;
+  options.tag = false;
+  Steps steps(options);
+  steps.Feed("a\nb", At(0));
+  steps.End(At(1));
+  EXPECT_EQ(steps.Take(), "a\nb\n");
+}
+
+TEST(LineForwarderTest, HiddenStreamKeepsOnlyItsLastLines) {
+  ForwardOptions options;
+  options.visible = false;
+  options.hidden_tail = 2;
+  Steps steps(options);
+  steps.Feed("one\ntwo\nthree\nfour", At(0));
+  steps.End(At(1));
+  EXPECT_EQ(steps.Take(), "");
+  EXPECT_EQ(steps.forwarder().HiddenTail(),
+            (std::vector<std::string>{"three", "four"}));
 }
 
 TEST(SecretDescriptorTest, SealedMemoryFileReadableAgainAndClosedOnExec) {
