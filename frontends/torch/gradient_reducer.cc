@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <mutex>
 #include <optional>
@@ -103,7 +104,20 @@ struct GradientReducer::State {
   }
 
   void KeepLocked(const Error& error) {
-    if (!hook_error) hook_error = error;
+    if (hook_error) return;
+    hook_error = error;
+    // Said at once too: a program that never calls step() or synchronize()
+    // again (e.g. one that steps the wrapped optimizer itself) would not
+    // hear of it otherwise.
+    int rank = -1;
+    try {
+      rank = context->rank();
+    } catch (...) {
+    }
+    const std::string line = absl::StrCat(
+        "[kolo rank ", rank, "] WARNING: ", error.what(),
+        " (raised by the next step() or synchronize())\n");
+    std::fputs(line.c_str(), stderr);
   }
 
   // The tensor to allreduce for `slot`: its gradient (zero-filled if no pass

@@ -545,7 +545,15 @@ TEST(DataParallel, SteppingTheWrappedOptimizerIsExplained) {
       lin->named_parameters(), On(ctx[0]));
   lin->forward(at::ones({1, 3})).sum().backward();
   opt.optimizer().step();  // bypasses the DistributedOptimizer
+  ::testing::internal::CaptureStderr();
   lin->forward(at::ones({1, 3})).sum().backward();  // no exception here
+  // Said at once on stderr, for a program that never steps kolo again.
+  const std::string warning = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(warning, HasSubstr("[kolo rank 0] WARNING: DistributedOptimizer: "
+                                 "the gradient of \""));
+  EXPECT_THAT(warning, HasSubstr("wrapped optimizer's own step()"));
+  EXPECT_THAT(warning,
+              HasSubstr("(raised by the next step() or synchronize())"));
   try {
     opt.step();
     ADD_FAILURE() << "stepping the wrapped optimizer went unnoticed";

@@ -22,7 +22,9 @@
 // (std::terminate). So a hook never throws: an error (a gradient computed
 // more often than backward_passes_per_step allows, a sparse gradient, a
 // failed submission) is kept, and the next synchronize() (step()) throws it
-// after every allreduce in flight has finished.
+// after every allreduce in flight has finished. The first kept error is
+// also written to stderr at once, as a warning: a program that never calls
+// step() or synchronize() again would not hear of it otherwise.
 //
 // Threads: the hooks run on autograd's threads; the other methods are meant
 // for the training loop's thread, between backward passes. The object must
