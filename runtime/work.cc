@@ -3,10 +3,16 @@
 #include <algorithm>
 
 #include "runtime/format.h"
+#include "absl/strings/cord.h"
 #include "absl/time/clock.h"
 #include "runtime/sync/wakeup.h"
 
 namespace kolo {
+
+bool IsWaitTimeout(const absl::Status& status) {
+  return absl::IsDeadlineExceeded(status) &&
+         status.GetPayload(kWaitTimeoutPayload).has_value();
+}
 
 bool Work::IsCompleted() const { return state_ && state_->IsCompleted(); }
 
@@ -93,9 +99,11 @@ absl::Status WorkState::WaitBlocking(absl::Duration remaining,
   }
   --blocked_;
   if (!done) {
-    return absl::DeadlineExceededError(
+    absl::Status expired = absl::DeadlineExceededError(
         "Work::Wait timed out after " + FormatSeconds(timeout) +
         "; the collective is still pending");
+    expired.SetPayload(kWaitTimeoutPayload, absl::Cord("1"));
+    return expired;
   }
   return status_;
 }

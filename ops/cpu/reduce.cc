@@ -3,8 +3,10 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <vector>
 
 namespace kolo {
 namespace cpu {
@@ -313,6 +315,108 @@ void Reduce16(ReduceOp op, void* out, const void* a, const void* b,
   }
 }
 
+// Note [16-bit sums rounded once]
+// Reducing n float16 inputs pairwise rounds every partial result to 16 bits:
+// with 4 ranks about a quarter of the sums differ from the float sum
+// rounded once. Where one caller sees every input at once (the shared-memory
+// backend reads every rank's data), ReduceMany carries each element in float
+// through all n inputs and rounds once at the end. It works in blocks of
+// kManyBlock elements, so the float accumulator stays on the stack (and in
+// L1) and `out` may alias an input: a block is read whole before it is
+// written. The order of combination is the inputs' (rank) order, the same on
+// every rank, so every rank gets the same bits.
+constexpr size_t kManyBlock = 512;
+
+template <template <typename> class Op, float (*ToFloat)(uint16_t),
+          uint16_t (*FromFloat)(float)>
+void Many16(uint16_t* out, const uint16_t* const* in, size_t n,
+            size_t count) {
+  const Op<float> op;
+  float acc[kManyBlock];
+  for (size_t base = 0; base < count; base += kManyBlock) {
+    const size_t m = std::min(kManyBlock, count - base);
+    const uint16_t* __restrict first = in[0] + base;
+    for (size_t j = 0; j < m; ++j) acc[j] = ToFloat(first[j]);
+    for (size_t r = 1; r < n; ++r) {
+      const uint16_t* __restrict x = in[r] + base;
+      for (size_t j = 0; j < m; ++j) acc[j] = op(acc[j], ToFloat(x[j]));
+    }
+    uint16_t* __restrict o = out + base;
+    for (size_t j = 0; j < m; ++j) o[j] = FromFloat(acc[j]);
+  }
+}
+
+// Many16<FloatSum, half> with F16C (Note [float16 sums with F16C]): the same
+// bits; a group of 8 with a NaN in any input goes through the portable code.
+__attribute__((target("avx,f16c"))) void HalfSumManyF16c(
+    uint16_t* out, const uint16_t* const* in, size_t n, size_t count) {
+  const __m128i magnitude = _mm_set1_epi16(0x7fff);
+  const __m128i infinity = _mm_set1_epi16(0x7c00);
+  alignas(32) float acc[kManyBlock];
+  for (size_t base = 0; base < count; base += kManyBlock) {
+    const size_t m = std::min(kManyBlock, count - base);
+    const size_t vec = m - m % 8;
+    bool nan = false;
+    for (size_t j = 0; j < vec; j += 8) {
+      const __m128i h =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(in[0] + base + j));
+      __m128i any = _mm_cmpgt_epi16(_mm_and_si128(h, magnitude), infinity);
+      __m256 sum = _mm256_cvtph_ps(h);
+      for (size_t r = 1; r < n; ++r) {
+        const __m128i x = _mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(in[r] + base + j));
+        any = _mm_or_si128(
+            any, _mm_cmpgt_epi16(_mm_and_si128(x, magnitude), infinity));
+        sum = _mm256_add_ps(sum, _mm256_cvtph_ps(x));
+      }
+      nan = nan || _mm_movemask_epi8(any) != 0;
+      _mm256_store_ps(acc + j, sum);
+    }
+    if (nan) {
+      // Rare: redo the whole block portably (NaN payloads as Reduce keeps
+      // them).
+      const uint16_t* block[64];
+      std::vector<const uint16_t*> many;
+      const uint16_t** at = block;
+      if (n > 64) {
+        many.resize(n);
+        at = many.data();
+      }
+      for (size_t r = 0; r < n; ++r) at[r] = in[r] + base;
+      Many16<FloatSum, HalfToFloatImpl, FloatToHalfImpl>(out + base, at, n,
+                                                         m);
+      continue;
+    }
+    for (size_t j = vec; j < m; ++j) {
+      float sum = HalfToFloatImpl(in[0][base + j]);
+      for (size_t r = 1; r < n; ++r) sum += HalfToFloatImpl(in[r][base + j]);
+      acc[j] = sum;
+    }
+    for (size_t j = 0; j < vec; j += 8) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + base + j),
+                       _mm256_cvtps_ph(_mm256_load_ps(acc + j),
+                                       _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (size_t j = vec; j < m; ++j) out[base + j] = FloatToHalfImpl(acc[j]);
+  }
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void ReduceMany16(ReduceOp op, uint16_t* out, const uint16_t* const* in,
+                  size_t n, size_t count) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return Many16<FloatSum, ToFloat, FromFloat>(out, in, n, count);
+    case ReduceOp::kMin:
+      return Many16<FloatMin, ToFloat, FromFloat>(out, in, n, count);
+    case ReduceOp::kMax:
+      return Many16<FloatMax, ToFloat, FromFloat>(out, in, n, count);
+    case ReduceOp::kProduct:
+      return Many16<FloatProduct, ToFloat, FromFloat>(out, in, n, count);
+  }
+}
+
 template <typename T>
 void ScaleLoop(T* __restrict data, size_t count, T factor) {
   for (size_t i = 0; i < count; ++i) data[i] *= factor;
@@ -360,6 +464,33 @@ void Reduce(ReduceOp op, DataType dtype, void* out, const void* a,
     case DataType::kFloat64:
       return ReduceFloat<double>(op, out, a, b, count);
   }
+}
+
+void ReduceMany(ReduceOp op, DataType dtype, void* out,
+                const void* const* inputs, size_t n, size_t count) {
+  assert(n >= 1);
+  if (count == 0) return;
+  if (dtype == DataType::kFloat16 || dtype == DataType::kBfloat16) {
+    uint16_t* o = static_cast<uint16_t*>(out);
+    const uint16_t* const* in = reinterpret_cast<const uint16_t* const*>(inputs);
+    if (dtype == DataType::kBfloat16) {
+      return ReduceMany16<Bfloat16ToFloatImpl, FloatToBfloat16Impl>(op, o, in,
+                                                                    n, count);
+    }
+    if ((op == ReduceOp::kSum || op == ReduceOp::kAverage) && HasF16c()) {
+      return HalfSumManyF16c(o, in, n, count);
+    }
+    return ReduceMany16<HalfToFloatImpl, FloatToHalfImpl>(op, o, in, n,
+                                                          count);
+  }
+  if (n == 1) {
+    if (out != inputs[0]) {
+      std::memmove(out, inputs[0], count * DataTypeSize(dtype));
+    }
+    return;
+  }
+  Reduce(op, dtype, out, inputs[0], inputs[1], count);
+  for (size_t r = 2; r < n; ++r) Reduce(op, dtype, out, out, inputs[r], count);
 }
 
 void Scale(DataType dtype, void* data, size_t count, double factor) {

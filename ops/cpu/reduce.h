@@ -20,6 +20,16 @@ namespace cpu {
 void Reduce(ReduceOp op, DataType dtype, void* out, const void* a,
             const void* b, size_t count);
 
+// out[i] = op(inputs[0][i], inputs[1][i], ..., inputs[n-1][i]), combined
+// in input order, for i < count; n >= 1. float16 and bfloat16 are carried in
+// float across all n inputs and rounded to 16 bits once (Note [16-bit sums
+// rounded once] in reduce.cc), so that the result is what one rounding of
+// the float result gives, not n - 1 roundings; every other dtype combines
+// exactly as n - 1 calls of Reduce() would. `out` may alias inputs[0] or
+// inputs[1] (the same elements), not a later input.
+void ReduceMany(ReduceOp op, DataType dtype, void* out,
+                const void* const* inputs, size_t n, size_t count);
+
 // data[i] *= factor, computed in double for float64, float otherwise
 // (float16/bfloat16 converted to float and back). Floating point only.
 void Scale(DataType dtype, void* data, size_t count, double factor);

@@ -3,7 +3,8 @@
 // gloo connects every pair of ranks (full mesh) through our Store; its
 // traffic is not authenticated (docs/security.md) and its listeners bind to
 // BackendContext::bind_addr only. Reductions use kolo's own kernels
-// (ops/cpu), so float16/bfloat16 accumulate in float.
+// (ops/cpu): float16/bfloat16 pairs are combined in float and rounded back
+// to 16 bits at each step of gloo's ring.
 #ifndef KOLO_OPS_GLOO_GLOO_BACKEND_H_
 #define KOLO_OPS_GLOO_GLOO_BACKEND_H_
 

@@ -114,6 +114,9 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> OpenSegment(
   return segment;
 }
 
+// Ranks whose input pointers ReduceInRankOrder keeps on the stack.
+constexpr size_t kMaxRanksOnStack = 64;
+
 // The [lo, hi) elements of a stage of `count` elements that `rank` reduces.
 std::pair<size_t, size_t> Share(size_t count, size_t elem, int rank, int size) {
   const size_t align = std::max<size_t>(1, kShareAlignBytes / elem);
@@ -122,16 +125,22 @@ std::pair<size_t, size_t> Share(size_t count, size_t elem, int rank, int size) {
   return {lo, std::min(count, lo + per)};
 }
 
-// Reduces `n` elements of In(q, 0..size-1) at `offset` into `out`, in rank
-// order.
+// Reduces `n` elements of every rank's input at `offset` into `out`, in rank
+// order. Every rank's input is here at once: float16 and bfloat16 are summed
+// in float over all ranks and rounded once (Note [16-bit sums rounded once]
+// in ops/cpu/reduce.cc).
 void ReduceInRankOrder(ReduceOp op, DataType dtype, void* out,
                        const std::vector<const uint8_t*>& inputs,
                        size_t offset_bytes, size_t n) {
-  cpu::Reduce(op, dtype, out, inputs[0] + offset_bytes,
-              inputs[1] + offset_bytes, n);
-  for (size_t r = 2; r < inputs.size(); ++r) {
-    cpu::Reduce(op, dtype, out, out, inputs[r] + offset_bytes, n);
+  const void* at[kMaxRanksOnStack];
+  std::vector<const void*> many;
+  const void** in = at;
+  if (inputs.size() > kMaxRanksOnStack) {
+    many.resize(inputs.size());
+    in = many.data();
   }
+  for (size_t r = 0; r < inputs.size(); ++r) in[r] = inputs[r] + offset_bytes;
+  cpu::ReduceMany(op, dtype, out, in, inputs.size(), n);
 }
 
 void CopyIfAny(void* to, const void* from, size_t bytes) {

@@ -155,9 +155,18 @@ TEST(Errors, OpTimeoutNamesTheRanksThatDidNotSubmit) {
   auto w0 = rts[0]->Allreduce(Request("lonely", d0, {4}));
   auto w2 = rts[2]->Allreduce(Request("lonely", d2, {4}));
   ASSERT_TRUE(w0.ok() && w2.ok());
+  // The caller's own wait running out is told apart from the job's
+  // timeout.
+  const absl::Status mine = w0->Wait(absl::Milliseconds(1));
+  EXPECT_EQ(mine.code(), absl::StatusCode::kDeadlineExceeded) << mine;
+  EXPECT_TRUE(IsWaitTimeout(mine)) << mine;
+  EXPECT_THAT(std::string(mine.message()),
+              HasSubstr("Work::Wait timed out after 1 ms; the collective is "
+                        "still pending"));
   for (Work* w : {&*w0, &*w2}) {
     absl::Status s = w->Wait(absl::Seconds(20));
     EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_FALSE(IsWaitTimeout(s)) << s;
     EXPECT_THAT(std::string(s.message()),
                 HasSubstr("waiting for rank 1 to submit it"));
     EXPECT_THAT(std::string(s.message()), HasSubstr("submitted by ranks 0, 2"));

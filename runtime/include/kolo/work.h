@@ -22,6 +22,14 @@ namespace internal {
 class WorkState;
 }  // namespace internal
 
+// Whether `status` is a Work::Wait(timeout) that ran out before the
+// collective completed (the caller's own deadline: the collective is still
+// pending), as opposed to a collective that failed (any other status,
+// DeadlineExceeded from KOLO_OP_TIMEOUT or a stall included). The status
+// carries the payload kWaitTimeoutPayload.
+inline constexpr char kWaitTimeoutPayload[] = "type.kolo.dev/WaitTimeout";
+bool IsWaitTimeout(const absl::Status& status);
+
 class Work {
  public:
   Work() = default;  // An already-failed handle (FailedPrecondition).
@@ -31,14 +39,17 @@ class Work {
 
   // Blocks until the collective completes or `timeout` passes. Returns the
   // collective's status, or DeadlineExceeded if `timeout` passed first (the
-  // collective itself is not cancelled and may still complete later).
+  // collective itself is not cancelled and may still complete later: Wait
+  // again). A collective can fail with DeadlineExceeded of its own too
+  // (KOLO_OP_TIMEOUT, a stall): IsWaitTimeout() tells the two apart.
   absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
 
   // The final status; Unknown("pending") while not completed.
   absl::Status status() const;
 
-  // Allgather: the first dimension contributed by each rank, in rank order,
-  // once completed. Empty for other collectives.
+  // Allgather: the first dimension contributed by each rank, in rank order.
+  // Alltoall: the rows this rank received from each rank, in rank order.
+  // Empty for other collectives and until completed.
   std::vector<int64_t> received_splits() const;
 
   explicit Work(std::shared_ptr<internal::WorkState> state)

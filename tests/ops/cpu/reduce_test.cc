@@ -402,6 +402,144 @@ TEST(ReduceTest, HalfSumsAreBitExactForEveryPattern) {
   }
 }
 
+// ---- ReduceMany (Note [16-bit sums rounded once]) ----------------------------
+
+// The reference for n inputs: 16-bit floats carried in float (RefFloat) over
+// every input and rounded once; other dtypes combined pairwise, in order.
+std::vector<uint8_t> ManyReference(ReduceOp op, DataType dtype,
+                                   const std::vector<std::vector<uint8_t>>& in,
+                                   size_t count) {
+  const size_t size = DataTypeSize(dtype);
+  std::vector<uint8_t> out(count * size);
+  const bool half = dtype == DataType::kFloat16;
+  if (half || dtype == DataType::kBfloat16) {
+    for (size_t i = 0; i < count; ++i) {
+      auto get = [&](size_t r) {
+        uint16_t v;
+        std::memcpy(&v, in[r].data() + 2 * i, 2);
+        return half ? HalfToFloat(v) : Bfloat16ToFloat(v);
+      };
+      float acc = get(0);
+      for (size_t r = 1; r < in.size(); ++r) acc = RefFloat(op, acc, get(r));
+      const uint16_t bits = half ? FloatToHalf(acc) : FloatToBfloat16(acc);
+      std::memcpy(out.data() + 2 * i, &bits, 2);
+    }
+    return out;
+  }
+  std::memcpy(out.data(), in[0].data(), count * size);
+  for (size_t r = 1; r < in.size(); ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      RefElement(op, dtype, out.data() + i * size, out.data() + i * size,
+                 in[r].data() + i * size);
+    }
+  }
+  return out;
+}
+
+TEST(ReduceManyTest, EveryTypeOpAndInputCountMatchesReference) {
+  std::mt19937_64 rng(11);
+  for (size_t n : {1, 2, 3, 4, 7}) {
+    for (DataType dtype : kAllTypes) {
+      for (ReduceOp op : kAllOps) {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{9}, size_t{515},
+                             size_t{1031}}) {
+          std::vector<std::vector<uint8_t>> in;
+          std::vector<const void*> ptrs;
+          for (size_t r = 0; r < n; ++r) {
+            in.push_back(RandomBuffer(dtype, count, rng));
+          }
+          for (const auto& b : in) ptrs.push_back(b.data());
+          const std::vector<uint8_t> want =
+              ManyReference(op, dtype, in, count);
+          std::vector<uint8_t> out(count * DataTypeSize(dtype));
+          ReduceMany(op, dtype, out.data(), ptrs.data(), n, count);
+          // In place, into the first input.
+          std::vector<uint8_t> first = in[0];
+          ptrs[0] = first.data();
+          ReduceMany(op, dtype, first.data(), ptrs.data(), n, count);
+          const std::string what =
+              Describe(dtype, op, count) + " n=" + std::to_string(n);
+          const size_t size = DataTypeSize(dtype);
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_TRUE(SameElement(dtype, out.data() + i * size,
+                                    want.data() + i * size))
+                << what << ": element " << i;
+            ASSERT_TRUE(SameElement(dtype, first.data() + i * size,
+                                    want.data() + i * size))
+                << what << " in place: element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The point of ReduceMany: four float16 ranks summed pairwise round three
+// times; summed in float and rounded once, every element is the nearest
+// float16 to the float sum of the four (which is exact here: four halves
+// of magnitude 0.25 to 1 add exactly in float).
+TEST(ReduceManyTest, SixteenBitSumsAreRoundedOnce) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> magnitude(0.25f, 1.0f);
+  auto dist = [&](std::mt19937& g) {
+    const float m = magnitude(g);
+    return (g() & 1) ? -m : m;
+  };
+  const size_t count = 4096, n = 4;
+  for (DataType dtype : {DataType::kFloat16, DataType::kBfloat16}) {
+    const bool half = dtype == DataType::kFloat16;
+    std::vector<std::vector<uint16_t>> in(n, std::vector<uint16_t>(count));
+    std::vector<const void*> ptrs;
+    for (auto& v : in) {
+      for (auto& x : v) x = half ? FloatToHalf(dist(gen)) : FloatToBfloat16(dist(gen));
+      ptrs.push_back(v.data());
+    }
+    std::vector<uint16_t> once(count), pairwise = in[0];
+    ReduceMany(ReduceOp::kSum, dtype, once.data(), ptrs.data(), n, count);
+    for (size_t r = 1; r < n; ++r) {
+      Reduce(ReduceOp::kSum, dtype, pairwise.data(), pairwise.data(),
+             in[r].data(), count);
+    }
+    size_t differ = 0;
+    for (size_t i = 0; i < count; ++i) {
+      double exact = 0;
+      for (size_t r = 0; r < n; ++r) {
+        exact += half ? HalfToFloat(in[r][i]) : Bfloat16ToFloat(in[r][i]);
+      }
+      const float f = static_cast<float>(exact);
+      ASSERT_EQ(static_cast<double>(f), exact);  // exact in float
+      ASSERT_EQ(once[i], half ? FloatToHalf(f) : FloatToBfloat16(f))
+          << DataTypeName(dtype) << " element " << i;
+      differ += pairwise[i] != once[i];
+    }
+    // What the pairwise reduction got wrong: a sizeable share (the data
+    // makes the comparison meaningful).
+    EXPECT_GT(differ, count / 20) << DataTypeName(dtype);
+  }
+}
+
+// The F16C path (Note [float16 sums with F16C]) against the portable
+// conversions for every float16 pattern, NaNs included, with three inputs
+// and a tail that is not a multiple of the vector width.
+TEST(ReduceManyTest, HalfSumsAreBitExactForEveryPattern) {
+  const size_t count = 65536 + 5;
+  std::vector<uint16_t> a(count), b(count), c(count), out(count);
+  for (size_t i = 0; i < count; ++i) {
+    a[i] = static_cast<uint16_t>(i);
+    b[i] = static_cast<uint16_t>(i * 7919u + 3);
+    c[i] = static_cast<uint16_t>(0x3c00 + (i % 64));
+  }
+  const void* ptrs[] = {a.data(), b.data(), c.data()};
+  ReduceMany(ReduceOp::kSum, DataType::kFloat16, out.data(), ptrs, 3, count);
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t want = FloatToHalf(HalfToFloat(a[i]) + HalfToFloat(b[i]) +
+                                      HalfToFloat(c[i]));
+    ASSERT_TRUE(out[i] == want || (HalfIsNan(out[i]) && HalfIsNan(want)))
+        << std::hex << a[i] << " + " << b[i] << " + " << c[i];
+    if (!HalfIsNan(want)) ASSERT_EQ(out[i], want);
+  }
+}
+
 TEST(ConversionTest, HalfRoundTripsAllBitPatterns) {
   for (uint32_t h = 0; h <= 0xffff; ++h) {
     const float f = HalfToFloat(static_cast<uint16_t>(h));

@@ -49,6 +49,18 @@ def test_average_and_scale_factors(dtype, rank, size):
     assert torch.allclose(got.double(), total, rtol=1e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_sums_are_rounded_once(dtype, rank, size):
+    # Within one host every rank's input is summed in float and rounded to
+    # 16 bits once: the float32 sum of all ranks' tensors, rounded.
+    def values(r):
+        g = torch.Generator().manual_seed(7 + r)
+        return (torch.rand(4096, generator=g) * 2 - 1).to(dtype)
+    want = sum(values(r).float() for r in range(size)).to(dtype)
+    got = hvd.allreduce(values(rank), op=hvd.Sum, name="once.%s" % dtype)
+    assert torch.equal(got, want)
+
+
 def test_results_are_bitwise_identical_on_every_rank(rank):
     torch.manual_seed(100 + rank)
     x = torch.randn(1000, dtype=torch.float32)

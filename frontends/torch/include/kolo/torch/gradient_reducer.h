@@ -48,8 +48,9 @@ namespace torch {
 enum class Compression {
   kNone,
   // Floating-point gradients travel as float16 / bfloat16 (half the bytes of
-  // float32); the runtime accumulates them in float. The result is cast back
-  // into the gradient's own dtype.
+  // float32); the runtime combines them in float (rounded to 16 bits once
+  // within a host, at each step across hosts: docs/guide.md). The result is
+  // cast back into the gradient's own dtype.
   kFp16,
   kBf16,
 };
