@@ -3,10 +3,12 @@
 #
 #   tools/install.sh PREFIX
 #
-# PREFIX/lib/libkolo.so (runtime + gloo backend + LibTorch frontend;
-# exports only kolo's symbols), PREFIX/include/kolo/ (the C++ API and
-# kolo/torch/), PREFIX/lib/cmake/kolo/ (find_package(kolo)) and
-# PREFIX/lib/pkgconfig/kolo.pc. See docs/torch.md.
+# PREFIX/lib/libkolo_core.so (the runtime and its backends, no LibTorch),
+# PREFIX/lib/libkolo.so (the same with the LibTorch frontend; both export
+# only kolo's symbols), PREFIX/include/kolo/ (the C++ API and kolo/torch/),
+# PREFIX/lib/cmake/kolo/ (find_package(kolo): components core and torch) and
+# PREFIX/lib/pkgconfig/kolo-core.pc and kolo.pc. See docs/building.md,
+# "Installing kolo".
 set -euo pipefail
 if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
   echo "usage: $0 PREFIX" >&2
@@ -15,6 +17,6 @@ fi
 prefix=$1
 cd "$(dirname "$0")/.."
 
-bazel build //packaging:kolo >&2
+bazel build //packaging:kolo //packaging:kolo_core >&2
 exec packaging/install_files.sh --lib bazel-bin/packaging/libkolo.so \
-  --root . "$prefix"
+  --core-lib bazel-bin/packaging/libkolo_core.so --root . "$prefix"
