@@ -426,7 +426,7 @@ std::vector<uint8_t> ManyReference(ReduceOp op, DataType dtype,
     }
     return out;
   }
-  std::memcpy(out.data(), in[0].data(), count * size);
+  if (count > 0) std::memcpy(out.data(), in[0].data(), count * size);
   for (size_t r = 1; r < in.size(); ++r) {
     for (size_t i = 0; i < count; ++i) {
       RefElement(op, dtype, out.data() + i * size, out.data() + i * size,
