@@ -54,7 +54,7 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
   if (list.shutdown() && shutdown_.insert(rank).second) {
     for (absl::string_view name : SortedPendingNames()) {
       auto it = pending_.find(name);
-      if (it->second.by_rank[rank]) continue;
+      if (it->second.by_rank[rank] || !Awaits(it->second, rank)) continue;
       FailPending(it->first, it->second, absl::StatusCode::kAborted,
                   absl::StrCat("rank ", RankLabel(rank),
                                " shut down without submitting it"),
@@ -102,6 +102,31 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
       config_.timeline->Begin(request->name(), NegotiatePhase(request->type()));
     }
   }
+  if (inserted && request->type() == wire::ADD_MEMBER_PROCESS_SET) {
+    // Note [Sets created by their members]
+    // A set that torch.distributed's new_group() creates is created by its
+    // members alone (the others never call the backend). They submit
+    // ADD_MEMBER_PROCESS_SET in the global set; the coordinator waits for
+    // the ranks it names, not for every rank, and its response reaches
+    // every rank, so that every rank registers the set (members connect
+    // its backends). Time-outs and stall reports name missing members only.
+    bool valid = request->shape_size() > 0;
+    for (int i = 0; valid && i < request->shape_size(); ++i) {
+      const int64_t m = request->shape(i);
+      valid = m >= 0 && m < size_ && (i == 0 || m > request->shape(i - 1));
+      if (valid) p.members.push_back(static_cast<int>(m));
+    }
+    if (!valid) {
+      p.by_rank[rank] = std::move(request);
+      ++p.count;
+      FailPending(it->first, p, absl::StatusCode::kInvalidArgument,
+                  "the member ranks must be distinct ranks of the job, "
+                  "sorted",
+                  now);
+      ErasePending(it);
+      return;
+    }
+  }
   if (p.by_rank[rank]) return;  // Rejected on the rank already.
   p.by_rank[rank] = std::move(request);
   p.cache_id[rank] = cache_id;
@@ -109,7 +134,7 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
   // A name that a departed rank never submitted can never become ready.
   std::vector<std::string> gone;
   for (int r : shutdown_) {
-    if (!p.by_rank[r]) gone.push_back(RankLabel(r));
+    if (!p.by_rank[r] && Awaits(p, r)) gone.push_back(RankLabel(r));
   }
   if (!gone.empty()) {
     FailPending(it->first, p, absl::StatusCode::kAborted,
@@ -145,9 +170,37 @@ void Coordinator::AddJoin(int rank, absl::Time now) {
   }
 }
 
+bool Coordinator::Awaits(const Pending& p, int rank) {
+  return p.members.empty() ||
+         std::binary_search(p.members.begin(), p.members.end(), rank);
+}
+
+void Coordinator::MaybeReadyMembers(PendingMap::iterator it, absl::Time now) {
+  Pending& p = it->second;
+  for (int m : p.members) {
+    if (!p.by_rank[m]) return;
+  }
+  std::vector<const wire::Request*> by_member;
+  std::vector<int> labels;
+  for (int m : p.members) {
+    by_member.push_back(p.by_rank[m].get());
+    labels.push_back(config_.global_ranks[m]);
+  }
+  Ready ready;
+  ready.ready_at = now;
+  ready.response = BuildResponse(by_member, labels);
+  ready.canonical = p.by_rank[p.members.front()];
+  if (ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+    ready.response.set_value(next_process_set_id_++);
+  }
+  ErasePending(it);
+  PushReady(std::move(ready));
+}
+
 void Coordinator::MaybeReady(PendingMap::iterator it,
                              absl::Time now) {
   Pending& p = it->second;
+  if (!p.members.empty()) return MaybeReadyMembers(it, now);
   // Cheap necessary condition first, so that each request costs O(1) until
   // the name can be ready (joined ranks may have submitted too, hence >=).
   if (p.count == 0 || p.count + static_cast<int>(joined_.size()) < size_) {
@@ -244,7 +297,9 @@ void Coordinator::PushReady(Ready ready) {
 std::string Coordinator::RanksWhere(const Pending& p, bool submitted) const {
   std::vector<std::string> ranks;
   for (int r = 0; r < size_; ++r) {
-    if ((p.by_rank[r] != nullptr) == submitted) ranks.push_back(RankLabel(r));
+    if ((p.by_rank[r] != nullptr) == submitted && (submitted || Awaits(p, r))) {
+      ranks.push_back(RankLabel(r));
+    }
   }
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
                       absl::StrJoin(ranks, ", "));
@@ -298,7 +353,7 @@ std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
     p.stall_reported = true;
     ++stall_reported_;
     for (int r = 0; r < size_; ++r) {
-      if (!p.by_rank[r] && !joined_.count(r)) {
+      if (!p.by_rank[r] && !joined_.count(r) && Awaits(p, r)) {
         missing_by_rank[config_.global_ranks[r]].emplace_back(name);
       }
     }

@@ -131,6 +131,10 @@ class Coordinator {
     int count = 0;
     absl::Time first_seen;
     bool stall_reported = false;
+    // ADD_MEMBER_PROCESS_SET: the ranks (of this set) that submit it, the
+    // only ones waited for (Note [Sets created by their members]). Empty:
+    // every rank.
+    absl::InlinedVector<int, 4> members;
   };
   struct Ready {
     // The response: the cache's own when every rank sent the same current
@@ -157,6 +161,10 @@ class Coordinator {
   // "ranks 1, 3" (global ranks) of `pending` that have (or have not)
   // submitted.
   std::string RanksWhere(const Pending& pending, bool submitted) const;
+  // Whether `pending` waits for `rank` (every rank, or its members).
+  static bool Awaits(const Pending& pending, int rank);
+  // ADD_MEMBER_PROCESS_SET: ready once every member submitted.
+  void MaybeReadyMembers(PendingMap::iterator it, absl::Time now);
   std::string RankLabel(int rank) const;
   // Erases a pending name, keeping the bookkeeping below.
   void ErasePending(PendingMap::iterator it);

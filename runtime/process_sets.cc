@@ -271,4 +271,37 @@ absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
   return static_cast<int>(work->received_splits().at(0));
 }
 
+// Note [Sets created by their members] in runtime/controller.cc.
+absl::StatusOr<int> RuntimeImpl::AddMemberProcessSet(
+    const std::vector<int>& ranks, const std::string& key) {
+  if (key.empty()) {
+    return absl::InvalidArgumentError(
+        "a process set created by its members needs a key that names it");
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= options_.size ||
+        (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "process set \"", key, "\": ranks [", absl::StrJoin(ranks, ", "),
+          "] must be distinct ranks of the job (0 to ", options_.size - 1,
+          "), sorted"));
+    }
+  }
+  if (!std::binary_search(ranks.begin(), ranks.end(), options_.rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "process set \"", key, "\": rank ", options_.rank,
+        " is not one of its ranks [", absl::StrJoin(ranks, ", "),
+        "]; only members create it"));
+  }
+  TensorEntry entry;
+  entry.request.set_type(wire::ADD_MEMBER_PROCESS_SET);
+  entry.request.set_name(absl::StrCat("__kolo_member_set_", key));
+  for (int r : ranks) entry.request.add_shape(r);
+  auto work = Submit(std::move(entry));
+  if (!work.ok()) return work.status();
+  absl::Status s = work->Wait();
+  if (!s.ok()) return s;
+  return static_cast<int>(work->received_splits().at(0));
+}
+
 }  // namespace kolo

@@ -378,6 +378,11 @@ absl::StatusOr<Work> Runtime::Barrier(int process_set) {
 
 absl::StatusOr<int> Runtime::Join() { return impl_->Join(); }
 
+absl::StatusOr<int> Runtime::AddMemberProcessSet(const std::vector<int>& ranks,
+                                                 const std::string& key) {
+  return impl_->AddMemberProcessSet(ranks, key);
+}
+
 absl::StatusOr<int> Runtime::AddProcessSet(const std::vector<int>& ranks) {
   return impl_->AddProcessSet(ranks);
 }

@@ -90,6 +90,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
 
   absl::StatusOr<int> Join();
   absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  absl::StatusOr<int> AddMemberProcessSet(const std::vector<int>& ranks,
+                                          const std::string& key);
   absl::Status RemoveProcessSet(int process_set);
   absl::Status StartTimeline(const std::string& path, bool mark_cycles);
   absl::Status StopTimeline();

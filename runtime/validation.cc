@@ -76,7 +76,8 @@ const char* CollectiveName(wire::CollectiveType type) {
     case wire::REDUCESCATTER: return "reducescatter";
     case wire::BARRIER: return "barrier";
     case wire::JOIN: return "join";
-    case wire::ADD_PROCESS_SET: return "add_process_set";
+    case wire::ADD_PROCESS_SET:
+    case wire::ADD_MEMBER_PROCESS_SET: return "add_process_set";
     case wire::REMOVE_PROCESS_SET: return "remove_process_set";
     default: return "collective";
   }
@@ -158,6 +159,7 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
   // Submit checks the shapes of its own rank; a request list from a peer
   // (faulty, or hostile with the secret) may still carry any numbers.
   if (first->type() != wire::ADD_PROCESS_SET &&
+      first->type() != wire::ADD_MEMBER_PROCESS_SET &&
       first->type() != wire::REMOVE_PROCESS_SET) {
     for (int i = 0; i < size; ++i) {
       if (!by_rank[i]) continue;
@@ -205,6 +207,7 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
     case wire::BARRIER:
       break;
     case wire::ADD_PROCESS_SET:
+    case wire::ADD_MEMBER_PROCESS_SET:
       if ((err = check("process set ranks", Shape))) return *err;
       break;
     case wire::REMOVE_PROCESS_SET:

@@ -554,6 +554,13 @@ int Context::add_process_set(const std::vector<int>& ranks) {
   return *id;
 }
 
+int Context::add_member_process_set(const std::vector<int>& ranks,
+                                    const std::string& key) {
+  absl::StatusOr<int> id = runtime_->AddMemberProcessSet(ranks, key);
+  if (!id.ok()) throw Error(id.status());
+  return *id;
+}
+
 void Context::remove_process_set(int process_set) {
   absl::Status s = runtime_->RemoveProcessSet(process_set);
   if (!s.ok()) throw Error(s);

@@ -315,5 +315,75 @@ TEST(ProcessSets, RuntimeAndStartupSets) {
   testing::ShutdownJob(rts);
 }
 
+// Note [Sets created by their members]: only the members call it; the
+// coordinator (rank 0, outside both sets here) registers the sets too.
+TEST(ProcessSets, CreatedByTheirMembersAlone) {
+  const int n = 4;
+  auto rts = testing::StartJob(n);
+  std::vector<int> id(n, -1);
+  OnEachRank(n, [&](int r) {
+    if (r == 0) return;  // takes no part
+    // Two sets at once, by disjoint members: {1, 2} and {3}.
+    const std::vector<int> ranks =
+        r < 3 ? std::vector<int>{1, 2} : std::vector<int>{3};
+    auto made = rts[r]->AddMemberProcessSet(ranks, r < 3 ? "pair" : "single");
+    ASSERT_TRUE(made.ok()) << made.status();
+    id[r] = *made;
+    std::vector<float> x(3, r + 1.0f);
+    AllreduceRequest a;
+    a.name = "member/sum";
+    a.op = ReduceOp::kSum;
+    a.process_set = *made;
+    a.input = a.output = TensorView(x.data(), DataType::kFloat32, {3});
+    auto w = rts[r]->Allreduce(a);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok()) << w->status();
+    EXPECT_EQ(x[0], r < 3 ? 2.0f + 3.0f : 4.0f);
+  });
+  EXPECT_EQ(id[1], id[2]);
+  EXPECT_NE(id[1], id[3]);
+  // Every rank knows both sets once it has run the global set's responses;
+  // a global collective after them orders that.
+  OnEachRank(n, [&](int r) {
+    ASSERT_TRUE(rts[r]->Barrier()->Wait(absl::Seconds(30)).ok());
+    EXPECT_EQ(*rts[r]->ProcessSetRanks(id[1]), (std::vector<int>{1, 2}));
+    EXPECT_EQ(*rts[r]->ProcessSetRanks(id[3]), (std::vector<int>{3}));
+  });
+  // A non-member cannot create it; members disagreeing on the ranks fail
+  // on every member, naming them.
+  auto outsider = rts[0]->AddMemberProcessSet({1, 2}, "outsider");
+  EXPECT_EQ(outsider.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(outsider.status().message()),
+              HasSubstr("rank 0 is not one of its ranks [1, 2]"));
+  std::vector<absl::Status> status(n);
+  OnEachRank(n, [&](int r) {
+    if (r == 1) {
+      status[r] = rts[r]->AddMemberProcessSet({1, 2}, "disputed").status();
+    } else if (r == 2) {
+      status[r] = rts[r]->AddMemberProcessSet({1, 2, 3}, "disputed").status();
+    }
+  });
+  for (int r : {1, 2}) {
+    EXPECT_THAT(std::string(status[r].message()),
+                HasSubstr("process set ranks mismatch"))
+        << status[r];
+  }
+  testing::ShutdownJob(rts);
+}
+
+// A member that never arrives is named by the op timeout; the ranks outside
+// the set are not.
+TEST(ProcessSets, MissingMemberIsNamedByTheOpTimeout) {
+  const int n = 3;
+  auto rts = testing::StartJob(n, [](Options& o) {
+    o.op_timeout = absl::Seconds(1);
+  });
+  auto lonely = rts[1]->AddMemberProcessSet({1, 2}, "half");
+  EXPECT_EQ(lonely.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(lonely.status().message()),
+              HasSubstr("waiting for rank 2 to submit it (submitted by rank 1)"));
+  testing::ShutdownJob(rts);
+}
+
 }  // namespace
 }  // namespace kolo

@@ -80,7 +80,12 @@ bool IsJobVariable(absl::string_view name) {
                                                    "HOROVOD_LOCAL_RANK",
                                                    "HOROVOD_LOCAL_SIZE",
                                                    "HOROVOD_CROSS_RANK",
-                                                   "HOROVOD_CROSS_SIZE"};
+                                                   "HOROVOD_CROSS_SIZE",
+                                                   "RANK",
+                                                   "WORLD_SIZE",
+                                                   "LOCAL_RANK",
+                                                   "LOCAL_WORLD_SIZE",
+                                                   "GROUP_RANK"};
   return kJob.count(name) > 0;
 }
 

@@ -1,8 +1,11 @@
 #include "tools/kolorun/job.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,6 +83,25 @@ Variables JobVariables(const std::vector<std::string>& inherited,
       {"HOROVOD_CROSS_RANK", absl::StrCat(p.cross_rank)},
       {"HOROVOD_CROSS_SIZE", absl::StrCat(p.cross_size)},
   };
+  // Note [torch.distributed's variables]
+  // torch.distributed's default init_method (env://) reads RANK,
+  // WORLD_SIZE, MASTER_ADDR and MASTER_PORT (torchrun sets them, with
+  // LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK): kolorun sets them too, so
+  // that `dist.init_process_group("kolo")` (or "gloo") needs no argument.
+  // The ranks always come from kolorun; MASTER_ADDR and MASTER_PORT only
+  // unless kolorun's environment (or -x) has them. Rank 0's torch process
+  // listens there (its TCPStore, not kolo's: docs/security.md).
+  Set(&vars, "RANK", absl::StrCat(p.rank));
+  Set(&vars, "WORLD_SIZE", absl::StrCat(options.num_proc));
+  Set(&vars, "LOCAL_RANK", absl::StrCat(p.local_rank));
+  Set(&vars, "LOCAL_WORLD_SIZE", absl::StrCat(p.local_size));
+  Set(&vars, "GROUP_RANK", absl::StrCat(p.cross_rank));
+  if (!Inherited(inherited, "MASTER_ADDR") && !endpoint.torch_master_addr.empty()) {
+    Set(&vars, "MASTER_ADDR", endpoint.torch_master_addr);
+  }
+  if (!Inherited(inherited, "MASTER_PORT") && endpoint.torch_master_port > 0) {
+    Set(&vars, "MASTER_PORT", absl::StrCat(endpoint.torch_master_port));
+  }
   if (endpoint.secret_fd >= 0) {
     Set(&vars, "KOLO_SECRET_FD", absl::StrCat(endpoint.secret_fd));
   }
@@ -202,8 +224,30 @@ std::vector<std::string> RemoteWorkerEnvironment(
   return Merge(inherited, JobVariables(inherited, options, remote),
                [](const std::string& name) {
                  return absl::StartsWith(name, "KOLO_") || name == "PATH" ||
-                        name == "LD_LIBRARY_PATH" || name == "OMP_NUM_THREADS";
+                        name == "LD_LIBRARY_PATH" || name == "OMP_NUM_THREADS" ||
+                        name == "MASTER_ADDR" || name == "MASTER_PORT";
                });
+}
+
+std::string TorchMasterAddress(const JobPlan& plan) {
+  if (plan.ranks.empty() || !plan.ranks.front().remote) return plan.store_addr;
+  return plan.ranks.front().host;
+}
+
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);  // as torch's TCPStore binds
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 namespace {

@@ -62,14 +62,27 @@ struct RankEndpoint {
   // Local ranks only: the descriptor holding the job secret (Note [Secret
   // without a file] in secret_fd.h), -1: none.
   int secret_fd = -1;
+  // torch.distributed's env:// rendezvous (Note [torch.distributed's
+  // variables] in job.cc): where rank 0's TCPStore will listen.
+  std::string torch_master_addr;
+  int torch_master_port = 0;
 };
+
+// Where torch.distributed's rank 0 listens under kolorun: rank 0's host
+// (plan.store_addr when it runs here, its host name otherwise).
+std::string TorchMasterAddress(const JobPlan& plan);
+// A TCP port free on this machine now (0 if none was found), for
+// MASTER_PORT.
+int FreeTcpPort();
 
 // The complete environment of a local worker: `inherited` ("NAME=value"
 // entries) without KOLO_SECRET*, plus the job variables of `endpoint`
 // (KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_*, KOLO_CROSS_*, KOLO_RENDEZVOUS_*,
 // KOLO_SECRET_FD, KOLO_LAUNCHER=kolorun), the same ranks under Horovod's
 // names (HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_*, HOROVOD_CROSS_*, as
-// horovodrun exports them), KOLO_IFACE (--network-interface) and KOLO_LOG_LEVEL
+// horovodrun exports them), torch.distributed's RANK, WORLD_SIZE,
+// LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK and (unless set) MASTER_ADDR and
+// MASTER_PORT, KOLO_IFACE (--network-interface) and KOLO_LOG_LEVEL
 // (--log-level) when given, the -x variables, KOLO_START_TIMEOUT and
 // PYTHONUNBUFFERED=1 unless set, and OMP_NUM_THREADS = max(1, cpus / local
 // size) unless set.

@@ -169,12 +169,16 @@ void Launcher::SpawnAll(int store_port, const std::string& secret,
   for (char** entry = environ; entry && *entry; ++entry)
     inherited.push_back(*entry);
   workers_.reserve(plan_.ranks.size());
+  const std::string torch_addr = TorchMasterAddress(plan_);
+  const int torch_port = FreeTcpPort();
   for (const RankPlacement& placement : plan_.ranks) {
     RankEndpoint endpoint;
     endpoint.placement = placement;
     endpoint.store_addr = plan_.store_addr;
     endpoint.store_port = store_port;
     endpoint.secret_fd = secret_fd;
+    endpoint.torch_master_addr = torch_addr;
+    endpoint.torch_master_port = torch_port;
     if (!Spawn(endpoint, secret, inherited, dev_null)) break;
   }
   if (dev_null >= 0) close(dev_null);

@@ -23,6 +23,7 @@
 #include "runtime/backend.h"
 #include "kolo/torch/context.h"
 #include "kolo/torch/gradient_reducer.h"
+#include "frontends/python/src/process_group.h"
 
 namespace py = pybind11;
 
@@ -267,6 +268,15 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("ranks"), py::call_guard<py::gil_scoped_release>());
   m.def(
+      "add_process_set_of_members",
+      [](const std::vector<int>& ranks, const std::string& key) {
+        return Submitting([&] {
+          return default_context()->add_member_process_set(ranks, key);
+        });
+      },
+      py::arg("ranks"), py::arg("key"),
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
       "remove_process_set",
       [](int id) {
         Submitting([&] {
@@ -321,4 +331,19 @@ PYBIND11_MODULE(_C, m) {
       .def("after_step", &GradientReducer::AfterStep)
       .def("before_zero_grad", &GradientReducer::BeforeZeroGrad)
       .def("names", &GradientReducer::names);
+
+  // The torch.distributed backend (kolo/torch/distributed.py registers it):
+  // a subclass of torch's ProcessGroup, whose Python type torch.distributed
+  // defines (imported first).
+  py::module_::import("torch.distributed");
+  py::class_<ProcessGroupKolo, c10d::ProcessGroup,
+             c10::intrusive_ptr<ProcessGroupKolo>>(m, "ProcessGroupKolo")
+      .def(py::init([](int process_set, int rank, int size,
+                       const std::string& group) {
+             return c10::make_intrusive<ProcessGroupKolo>(
+                 default_context(), process_set, rank, size, group);
+           }),
+           py::arg("process_set"), py::arg("rank"), py::arg("size"),
+           py::arg("group"))
+      .def_property_readonly("process_set", &ProcessGroupKolo::process_set);
 }

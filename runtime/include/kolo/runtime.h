@@ -171,6 +171,16 @@ class Runtime {
   // Collective: every rank of the job calls it with the same ranks, also
   // ranks outside the set. Returns the set's id.
   absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  // Creates a process set of `ranks` (sorted, distinct, global ranks) called
+  // by its members only, e.g. for torch.distributed's new_group(), which
+  // calls the backend on member ranks alone. Every member passes the same
+  // ranks and the same `key`, a name for the set unique in the job (two
+  // sets created at once need different keys); ranks outside the set do
+  // nothing, and learn of the set from the coordinator. Returns the set's
+  // id. A member that never calls it leaves the others waiting up to
+  // KOLO_OP_TIMEOUT; the error names it.
+  absl::StatusOr<int> AddMemberProcessSet(const std::vector<int>& ranks,
+                                          const std::string& key);
   // Removes a process set created by AddProcessSet (not the global one).
   // Collective like AddProcessSet: every rank calls it. Collectives of the
   // set still pending fail with Aborted; the set's id is not reused.

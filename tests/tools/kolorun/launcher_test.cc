@@ -51,6 +51,8 @@ RankEndpoint Endpoint(int rank, int local_size, int hosts, int port,
   e.store_addr = hosts > 1 ? "10.0.0.1" : "127.0.0.1";
   e.store_port = port;
   e.secret_fd = secret_fd;
+  e.torch_master_addr = e.store_addr;
+  e.torch_master_port = 29500;
   return e;
 }
 
@@ -70,10 +72,13 @@ TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
         // As horovodrun exports them.
         "HOROVOD_RANK=2", "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=2",
         "HOROVOD_LOCAL_SIZE=4", "HOROVOD_CROSS_RANK=0",
-        "HOROVOD_CROSS_SIZE=1", "PYTHONUNBUFFERED=1"}) {
+        "HOROVOD_CROSS_SIZE=1", "PYTHONUNBUFFERED=1",
+        // As torchrun exports them (Note [torch.distributed's variables]).
+        "RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=4",
+        "GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}) {
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
-  EXPECT_EQ(env.size(), 21u);
+  EXPECT_EQ(env.size(), 28u);
 }
 
 TEST(WorkerEnvironmentTest, PlacementOnSeveralHosts) {
@@ -115,6 +120,21 @@ TEST(WorkerEnvironmentTest, ReplacesInheritedJobVariablesAndDropsTheSecret) {
   EXPECT_TRUE(Has(env, "KOLO_OP_TIMEOUT=30"));  // Not kolorun's business.
   EXPECT_TRUE(Has(env, "OMP_NUM_THREADS=1"));   // max(1, 1 / 2)
   EXPECT_TRUE(Has(env, "KOLO_START_TIMEOUT=60"));
+}
+
+TEST(WorkerEnvironmentTest, TorchRanksAlwaysMastersOnlyUnlessSet) {
+  LaunchOptions options;
+  options.num_proc = 2;
+  const std::vector<std::string> env = WorkerEnvironment(
+      {"RANK=7", "WORLD_SIZE=9", "MASTER_ADDR=10.1.1.1", "MASTER_PORT=1234"},
+      options, Endpoint(1, 2, 1, 5000, 4), 2);
+  EXPECT_TRUE(Has(env, "RANK=1"));
+  EXPECT_TRUE(Has(env, "WORLD_SIZE=2"));
+  EXPECT_EQ(CountName(env, "RANK"), 1);
+  EXPECT_TRUE(Has(env, "MASTER_ADDR=10.1.1.1"));
+  EXPECT_TRUE(Has(env, "MASTER_PORT=1234"));
+  EXPECT_EQ(CountName(env, "MASTER_PORT"), 1);
+  EXPECT_GT(FreeTcpPort(), 0);
 }
 
 TEST(WorkerEnvironmentTest, KeepsStartTimeoutAndOmpThreadsAlreadySet) {
@@ -171,10 +191,12 @@ TEST(RemoteWorkerEnvironmentTest, ForwardsTheDocumentedVariablesOnly) {
         "KOLO_START_TIMEOUT=60", "KOLO_LAUNCHER=kolorun", "HOROVOD_RANK=3",
         "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=1", "HOROVOD_LOCAL_SIZE=2",
         "HOROVOD_CROSS_RANK=1", "HOROVOD_CROSS_SIZE=2",
-        "PYTHONUNBUFFERED=1"}) {
+        "PYTHONUNBUFFERED=1", "RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1",
+        "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1", "MASTER_ADDR=10.0.0.1",
+        "MASTER_PORT=29500"}) {
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
-  EXPECT_EQ(env.size(), 22u);
+  EXPECT_EQ(env.size(), 29u);
   // The guard makes the secret's descriptor on the remote host; the login
   // environment there provides HOME; OMP_NUM_THREADS follows the remote
   // host's CPUs.

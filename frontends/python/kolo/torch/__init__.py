@@ -36,3 +36,6 @@ from kolo.torch.mpi_ops import (
     start_timeline, stop_timeline, synchronize)
 from kolo.torch.optimizer import DistributedOptimizer
 from kolo.torch.sync_batch_norm import SyncBatchNorm
+
+# Registers the torch.distributed backend "kolo" (docs/torch_distributed.md).
+from kolo.torch import distributed  # noqa: E402,F401

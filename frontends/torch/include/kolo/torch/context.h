@@ -259,6 +259,10 @@ class Context {
   // returns its id. Collective: every rank of the job calls it with the
   // same ranks, members or not.
   int add_process_set(const std::vector<int>& ranks);
+  // Creates a process set of these global ranks, called by its members
+  // only, all with the same `key` (kolo::Runtime::AddMemberProcessSet).
+  int add_member_process_set(const std::vector<int>& ranks,
+                             const std::string& key);
   // Removes a process set (collective, as add_process_set).
   void remove_process_set(int process_set);
   // Global ranks of a process set. Throws Error for an unknown id.

@@ -1,0 +1,602 @@
+// ProcessGroupKolo: see process_group.h (Note [Collectives named by
+// sequence], Note [Futures of a process group]).
+#include "frontends/python/src/process_group.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kolo {
+namespace torch {
+namespace {
+
+// Errors of the backend itself (bad arguments, what kolo does not do), as
+// torch's own backends raise them: c10::Error, a RuntimeError in Python.
+[[noreturn]] void Refuse(const std::string& message) {
+  TORCH_CHECK(false, "kolo's torch.distributed backend: ", message);
+}
+
+const char* OpName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+
+kolo::ReduceOp ToKolo(const c10d::ReduceOp& op, const char* collective) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return kolo::ReduceOp::kSum;
+    case c10d::ReduceOp::AVG: return kolo::ReduceOp::kAverage;
+    case c10d::ReduceOp::PRODUCT: return kolo::ReduceOp::kProduct;
+    case c10d::ReduceOp::MIN: return kolo::ReduceOp::kMin;
+    case c10d::ReduceOp::MAX: return kolo::ReduceOp::kMax;
+    default:
+      Refuse(absl::StrCat(collective, " with ReduceOp.", OpName(op.op_),
+                          " is not supported (SUM, AVG, PRODUCT, MIN and MAX "
+                          "are)"));
+  }
+}
+
+// The one tensor of a per-device list (one device per process here).
+at::Tensor& One(std::vector<at::Tensor>& tensors, const char* collective) {
+  if (tensors.size() != 1) {
+    Refuse(absl::StrCat(collective, " takes one tensor per process (one "
+                        "device per process), got ",
+                        tensors.size()));
+  }
+  return tensors[0];
+}
+
+std::vector<at::Tensor>& OneList(std::vector<std::vector<at::Tensor>>& lists,
+                                 const char* collective) {
+  if (lists.size() != 1) {
+    Refuse(absl::StrCat(collective, " takes one tensor list per process (one "
+                        "device per process), got ",
+                        lists.size()));
+  }
+  return lists[0];
+}
+
+void CheckCount(const std::vector<at::Tensor>& list, int size,
+                const char* collective, const char* what) {
+  if (static_cast<int>(list.size()) != size) {
+    Refuse(absl::StrCat(collective, ": ", what, " has ", list.size(),
+                        " tensors, the group ", size, " ranks"));
+  }
+}
+
+// Copies `from` into `to` where both hold the same number of elements.
+void CopyInto(at::Tensor& to, const at::Tensor& from, const char* collective) {
+  if (to.numel() != from.numel()) {
+    Refuse(absl::StrCat(collective, ": the output tensor has ", to.numel(),
+                        " elements where ", from.numel(), " arrived"));
+  }
+  to.copy_(from.reshape(to.sizes()));
+}
+
+// `t` as one row: kolo gathers and splits along the first dimension, torch
+// along whole tensors of any shape (scalars included).
+at::Tensor AsRow(const at::Tensor& t) { return t.reshape({1, t.numel()}); }
+
+std::exception_ptr AsException(const std::exception& e) {
+  // kolo's errors keep their type (kolo._C.KoloInternalError in Python).
+  if (const auto* kolo_error = dynamic_cast<const Error*>(&e)) {
+    return std::make_exception_ptr(*kolo_error);
+  }
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    return std::make_exception_ptr(
+        std::runtime_error(c10_error->what_without_backtrace()));
+  }
+  return std::make_exception_ptr(std::runtime_error(e.what()));
+}
+
+}  // namespace
+
+// ---- KoloWork -----------------------------------------------------------
+
+KoloWork::KoloWork(int rank, c10d::OpType type, std::string name)
+    : c10d::Work(rank, type),
+      name_(std::move(name)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+KoloWork::~KoloWork() = default;
+
+bool KoloWork::isCompleted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+bool KoloWork::isSuccess() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ && !exception_;
+}
+
+std::exception_ptr KoloWork::exception() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return exception_;
+}
+
+std::vector<at::Tensor> KoloWork::result() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return outputs_;
+}
+
+bool KoloWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (timeout == kNoTimeout) {
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    Refuse(absl::StrCat("Work.wait(timeout) on \"", name_, "\" timed out after ",
+                        timeout.count(), " ms; the collective is still pending"));
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> KoloWork::getFuture() {
+  return future_;
+}
+
+void KoloWork::Complete(std::vector<at::Tensor> outputs,
+                        std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_ = true;
+    exception_ = error;
+    if (!error) outputs_ = outputs;
+  }
+  cv_.notify_all();
+  // The Future's callbacks run here, outside the lock.
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(std::move(outputs)));
+  }
+}
+
+// ---- ProcessGroupKolo ---------------------------------------------------
+
+ProcessGroupKolo::ProcessGroupKolo(std::shared_ptr<Context> context,
+                                   int process_set, int rank, int size,
+                                   std::string group)
+    : c10d::ProcessGroup(rank, size),
+      context_(std::move(context)),
+      set_(process_set),
+      group_(std::move(group)) {
+  if (!context_) Refuse("no kolo context");
+  completer_ = std::thread([this] { RunCompleter(); });
+}
+
+ProcessGroupKolo::~ProcessGroupKolo() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  completer_.join();
+}
+
+std::string ProcessGroupKolo::NextName() {
+  return absl::StrCat("c10d/", group_, "/", next_.fetch_add(1));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::Enqueue(
+    c10d::OpType type, const std::string& name,
+    std::function<std::vector<at::Tensor>()> finish) {
+  auto work = c10::make_intrusive<KoloWork>(getRank(), type, name);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back({work, std::move(finish)});
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void ProcessGroupKolo::RunCompleter() {
+  for (;;) {
+    Pending next;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // At destruction the collectives already queued still finish (each
+      // is bounded by KOLO_OP_TIMEOUT, or fails at once at shutdown).
+      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
+      if (pending_.empty()) return;
+      next = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    std::vector<at::Tensor> outputs;
+    std::exception_ptr error;
+    try {
+      outputs = next.finish();
+    } catch (const std::exception& e) {
+      error = AsException(e);
+    }
+    next.finish = nullptr;  // drops the tensors it holds
+    next.work->Complete(std::move(outputs), error);
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  at::Tensor t = One(tensors, "broadcast");
+  const std::string name = NextName();
+  Handle h = context_->broadcast_async_(
+      t, BroadcastOptions()
+             .name(name)
+             .root(static_cast<int>(opts.rootRank))
+             .process_set(set_));
+  return Enqueue(c10d::OpType::BROADCAST, name, [h, t] {
+    h.wait();
+    return std::vector<at::Tensor>{t};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  at::Tensor t = One(tensors, "allreduce");
+  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "allreduce");
+  const std::string name = NextName();
+  Handle h = context_->allreduce_async_(
+      t, AllreduceOptions().name(name).op(op).process_set(set_));
+  return Enqueue(c10d::OpType::ALLREDUCE, name, [h, t] {
+    h.wait();
+    return std::vector<at::Tensor>{t};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors,
+    const c10d::AllreduceCoalescedOptions& opts) {
+  if (tensors.empty()) Refuse("allreduce_coalesced needs at least one tensor");
+  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "allreduce_coalesced");
+  const std::string name = NextName();
+  // One negotiation and one fused collective for the whole list.
+  Handle h = context_->grouped_allreduce_async_(
+      tensors, GroupedAllreduceOptions().name(name).op(op).process_set(set_));
+  std::vector<at::Tensor> outputs = tensors;
+  return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, name, [h, outputs] {
+    h.wait_all();
+    return outputs;
+  });
+}
+
+// kolo has no reduce: every rank gets the result of an allreduce, written
+// into the tensor on the root only (torch leaves the others' unchanged).
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce(
+    std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  at::Tensor t = One(tensors, "reduce");
+  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "reduce");
+  if (opts.rootRank < 0 || opts.rootRank >= getSize()) {
+    Refuse(absl::StrCat("reduce: root ", opts.rootRank,
+                        " is not a rank of the group (size ", getSize(), ")"));
+  }
+  const bool root = opts.rootRank == getRank();
+  const std::string name = NextName();
+  AllreduceOptions options = AllreduceOptions().name(name).op(op).process_set(set_);
+  Handle h = root ? context_->allreduce_async_(t, options)
+                  : context_->allreduce_async(t, options);
+  return Enqueue(c10d::OpType::REDUCE, name, [h, t] {
+    h.wait();
+    return std::vector<at::Tensor>{t};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  at::Tensor in = One(inputs, "allgather");
+  std::vector<at::Tensor> out = OneList(outputs, "allgather");
+  CheckCount(out, getSize(), "allgather", "the output list");
+  const std::string name = NextName();
+  Handle h = context_->allgather_async(
+      AsRow(in), AllgatherOptions().name(name).process_set(set_));
+  return Enqueue(c10d::OpType::ALLGATHER, name, [h, out]() mutable {
+    at::Tensor rows = h.wait();
+    for (size_t r = 0; r < out.size(); ++r) {
+      CopyInto(out[r], rows[r], "allgather");
+    }
+    return out;
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+  if (output.numel() != input.numel() * getSize()) {
+    Refuse(absl::StrCat("_allgather_base: the output holds ", output.numel(),
+                        " elements, not ", getSize(), " x ", input.numel()));
+  }
+  const std::string name = NextName();
+  Handle h = context_->allgather_async(
+      AsRow(input), AllgatherOptions().name(name).process_set(set_));
+  at::Tensor out = output;
+  return Enqueue(c10d::OpType::_ALLGATHER_BASE, name, [h, out]() mutable {
+    CopyInto(out, h.wait(), "_allgather_base");
+    return std::vector<at::Tensor>{out};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  if (outputs.size() != inputs.size()) {
+    Refuse(absl::StrCat("allgather_coalesced: ", outputs.size(),
+                        " output lists for ", inputs.size(), " inputs"));
+  }
+  for (const auto& list : outputs) {
+    CheckCount(list, getSize(), "allgather_coalesced", "an output list");
+  }
+  const std::string name = NextName();
+  std::vector<Handle> handles;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    handles.push_back(context_->allgather_async(
+        AsRow(inputs[i]),
+        AllgatherOptions().name(absl::StrCat(name, ".", i)).process_set(set_)));
+  }
+  std::vector<std::vector<at::Tensor>> out = outputs;
+  return Enqueue(c10d::OpType::ALLGATHER_COALESCED, name,
+                 [handles, out]() mutable {
+                   std::vector<at::Tensor> all;
+                   for (size_t i = 0; i < handles.size(); ++i) {
+                     at::Tensor rows = handles[i].wait();
+                     for (size_t r = 0; r < out[i].size(); ++r) {
+                       CopyInto(out[i][r], rows[r], "allgather_coalesced");
+                       all.push_back(out[i][r]);
+                     }
+                   }
+                   return all;
+                 });
+}
+
+// An allgather whose result only the root keeps.
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::gather(
+    std::vector<std::vector<at::Tensor>>& outputs,
+    std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) {
+  at::Tensor in = One(inputs, "gather");
+  if (opts.rootRank < 0 || opts.rootRank >= getSize()) {
+    Refuse(absl::StrCat("gather: root ", opts.rootRank,
+                        " is not a rank of the group (size ", getSize(), ")"));
+  }
+  const bool root = opts.rootRank == getRank();
+  std::vector<at::Tensor> out;
+  if (root) {
+    out = OneList(outputs, "gather");
+    CheckCount(out, getSize(), "gather", "the root's output list");
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    Refuse("gather: only the root passes output tensors");
+  }
+  const std::string name = NextName();
+  Handle h = context_->allgather_async(
+      AsRow(in), AllgatherOptions().name(name).process_set(set_));
+  return Enqueue(c10d::OpType::GATHER, name, [h, out]() mutable {
+    at::Tensor rows = h.wait();
+    for (size_t r = 0; r < out.size(); ++r) CopyInto(out[r], rows[r], "gather");
+    return out;
+  });
+}
+
+// An alltoall in which only the root sends: one row to each rank.
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  at::Tensor out = One(outputs, "scatter");
+  if (opts.rootRank < 0 || opts.rootRank >= getSize()) {
+    Refuse(absl::StrCat("scatter: root ", opts.rootRank,
+                        " is not a rank of the group (size ", getSize(), ")"));
+  }
+  const bool root = opts.rootRank == getRank();
+  at::Tensor send;
+  std::vector<int64_t> splits(getSize(), 0);
+  if (root) {
+    std::vector<at::Tensor> list = OneList(inputs, "scatter");
+    CheckCount(list, getSize(), "scatter", "the root's input list");
+    std::vector<at::Tensor> rows;
+    for (const at::Tensor& t : list) {
+      if (t.numel() != out.numel()) {
+        Refuse(absl::StrCat("scatter: the root's inputs must each hold ",
+                            out.numel(), " elements (the output's), one holds ",
+                            t.numel()));
+      }
+      rows.push_back(AsRow(t.to(out.scalar_type())));
+    }
+    send = at::cat(rows);
+    std::fill(splits.begin(), splits.end(), 1);
+  } else {
+    if (!inputs.empty() && !inputs[0].empty()) {
+      Refuse("scatter: only the root passes input tensors");
+    }
+    send = at::empty({0, out.numel()}, out.options());
+  }
+  const std::string name = NextName();
+  Handle h = context_->alltoall_async(
+      send, AlltoallOptions().name(name).splits(splits).process_set(set_));
+  return Enqueue(c10d::OpType::SCATTER, name, [h, out]() mutable {
+    CopyInto(out, h.wait(), "scatter");
+    return std::vector<at::Tensor>{out};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter(
+    std::vector<at::Tensor>& outputs,
+    std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  at::Tensor out = One(outputs, "reduce_scatter");
+  std::vector<at::Tensor> list = OneList(inputs, "reduce_scatter");
+  CheckCount(list, getSize(), "reduce_scatter", "the input list");
+  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "reduce_scatter");
+  std::vector<at::Tensor> rows;
+  for (const at::Tensor& t : list) {
+    if (t.numel() != out.numel()) {
+      Refuse(absl::StrCat("reduce_scatter: every input must hold ", out.numel(),
+                          " elements (the output's), one holds ", t.numel()));
+    }
+    rows.push_back(AsRow(t));
+  }
+  const std::string name = NextName();
+  // One row per rank: rank r's share is row r of the reduction.
+  Handle h = context_->reducescatter_async(
+      at::cat(rows),
+      ReducescatterOptions().name(name).op(op).process_set(set_));
+  return Enqueue(c10d::OpType::REDUCE_SCATTER, name, [h, out]() mutable {
+    CopyInto(out, h.wait(), "reduce_scatter");
+    return std::vector<at::Tensor>{out};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input,
+    const c10d::ReduceScatterOptions& opts) {
+  if (input.numel() != output.numel() * getSize()) {
+    Refuse(absl::StrCat("_reduce_scatter_base: the input holds ", input.numel(),
+                        " elements, not ", getSize(), " x ", output.numel()));
+  }
+  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "_reduce_scatter_base");
+  const std::string name = NextName();
+  Handle h = context_->reducescatter_async(
+      input.reshape({getSize(), output.numel()}),
+      ReducescatterOptions().name(name).op(op).process_set(set_));
+  at::Tensor out = output;
+  return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, [h, out]() mutable {
+    CopyInto(out, h.wait(), "_reduce_scatter_base");
+    return std::vector<at::Tensor>{out};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions&) {
+  const int size = getSize();
+  if (input.dim() == 0 || output.dim() == 0) {
+    Refuse("alltoall_base: the input and output need a first dimension to "
+           "split");
+  }
+  std::vector<int64_t> splits = input_splits;
+  if (splits.empty()) {
+    if (input.size(0) % size != 0) {
+      Refuse(absl::StrCat("alltoall_base: the input's first dimension (",
+                          input.size(0), ") does not divide evenly among ",
+                          size, " ranks; pass input_split_sizes"));
+    }
+    splits.assign(size, input.size(0) / size);
+  }
+  std::vector<int64_t> want = output_splits;
+  if (want.empty()) {
+    if (output.size(0) % size != 0) {
+      Refuse(absl::StrCat("alltoall_base: the output's first dimension (",
+                          output.size(0), ") does not divide evenly among ",
+                          size, " ranks; pass output_split_sizes"));
+    }
+    want.assign(size, output.size(0) / size);
+  }
+  const std::string name = NextName();
+  Handle h = context_->alltoall_async(
+      input, AlltoallOptions().name(name).splits(splits).process_set(set_));
+  at::Tensor out = output;
+  return Enqueue(c10d::OpType::ALLTOALL_BASE, name,
+                 [h, out, want, name]() mutable {
+                   at::Tensor got = h.wait();
+                   if (h.received_splits() != want) {
+                     Refuse(absl::StrCat(
+                         "alltoall_base \"", name, "\": this rank expected [",
+                         absl::StrJoin(want, ", "),
+                         "] rows from the ranks (output_split_sizes), [",
+                         absl::StrJoin(h.received_splits(), ", "),
+                         "] arrived"));
+                   }
+                   CopyInto(out, got, "alltoall_base");
+                   return std::vector<at::Tensor>{out};
+                 });
+}
+
+// The list form: inputs[k] goes to rank k, outputs[k] comes from it. Sent
+// flattened, so that the tensors may have any shapes.
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllToAllOptions&) {
+  CheckCount(inputs, getSize(), "alltoall", "the input list");
+  CheckCount(outputs, getSize(), "alltoall", "the output list");
+  std::vector<at::Tensor> flat;
+  std::vector<int64_t> splits;
+  std::vector<int64_t> want;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].scalar_type() != inputs[0].scalar_type()) {
+      Refuse("alltoall: the input tensors must share one dtype");
+    }
+    flat.push_back(inputs[k].reshape({inputs[k].numel()}));
+    splits.push_back(inputs[k].numel());
+    want.push_back(outputs[k].numel());
+  }
+  const std::string name = NextName();
+  Handle h = context_->alltoall_async(
+      at::cat(flat),
+      AlltoallOptions().name(name).splits(splits).process_set(set_));
+  std::vector<at::Tensor> out = outputs;
+  return Enqueue(c10d::OpType::ALLTOALL, name,
+                 [h, out, want, name]() mutable {
+                   at::Tensor got = h.wait();
+                   if (h.received_splits() != want) {
+                     Refuse(absl::StrCat(
+                         "alltoall \"", name,
+                         "\": this rank's output tensors hold [",
+                         absl::StrJoin(want, ", "), "] elements, [",
+                         absl::StrJoin(h.received_splits(), ", "),
+                         "] arrived from the ranks"));
+                   }
+                   int64_t at = 0;
+                   for (size_t k = 0; k < out.size(); ++k) {
+                     CopyInto(out[k], got.narrow(0, at, want[k]), "alltoall");
+                     at += want[k];
+                   }
+                   return out;
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::barrier(
+    const c10d::BarrierOptions&) {
+  const std::string name = NextName();
+  // A barrier is a named collective like the others: a zero-element
+  // allreduce, so that a rank that reached a different collective at this
+  // position is named.
+  at::Tensor token = at::zeros({0}, at::kByte);
+  Handle h = context_->allreduce_async_(
+      token, AllreduceOptions().name(name).op(kolo::ReduceOp::kSum).process_set(set_));
+  return Enqueue(c10d::OpType::BARRIER, name, [h] {
+    h.wait();
+    return std::vector<at::Tensor>{};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::send(
+    std::vector<at::Tensor>&, int, int) {
+  Refuse("send (point-to-point) is not supported: kolo runs collectives "
+         "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recv(
+    std::vector<at::Tensor>&, int, int) {
+  Refuse("recv (point-to-point) is not supported: kolo runs collectives "
+         "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recvAnysource(
+    std::vector<at::Tensor>&, int) {
+  Refuse("recv from any source (point-to-point) is not supported: kolo runs "
+         "collectives only; use a gloo group for point-to-point "
+         "(docs/torch_distributed.md)");
+}
+
+}  // namespace torch
+}  // namespace kolo

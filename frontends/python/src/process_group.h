@@ -1,0 +1,182 @@
+// kolo as a torch.distributed backend: ProcessGroupKolo, a
+// c10d::ProcessGroup (PyTorch 1.13's API) whose collectives are kolo's,
+// through the LibTorch frontend's Context (frontends/torch). kolo/torch/
+// distributed.py registers it as backend "kolo" (docs/torch_distributed.md).
+//
+// Note [Collectives named by sequence]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch.distributed's collectives carry no names, and kolo matches
+// collectives across ranks by name. Every collective of a group is named by
+// the group and its position in the group's sequence: "c10d/<group>/<n>"
+// (n counts from 0 on every rank). Ranks that issue the same collectives in
+// the same order match them; kolo's negotiation then checks what they
+// submitted. A rank that issues a different collective, or the same one with
+// another shape, dtype, op or root, at position n gets the mismatch as an
+// error on every rank, naming "c10d/<group>/<n>" and each rank's value (the
+// check TORCH_DISTRIBUTED_DEBUG=DETAIL makes with an extra collective, here
+// a part of the one negotiation every collective has). A rank that stops
+// issuing collectives leaves the others' position n waiting: KOLO_OP_TIMEOUT
+// names it. A lost rank fails every pending collective at once.
+//
+// Note [Futures of a process group]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// DDP's reducer and its communication hooks wait on Work::getFuture(), not
+// on Work::wait(), so a Work must complete without anyone waiting on it.
+// Each group has one completer thread: every submitted collective queues a
+// `finish` step (wait for kolo's handles, copy results into the caller's
+// output tensors where torch's layout differs from kolo's) and the thread
+// runs them in submission order, then completes the Work and its Future
+// (running the Future's callbacks, e.g. a comm hook's decompression, on
+// that thread). Collectives complete in submission order within a group in
+// kolo too, so the order costs nothing.
+//
+// Threads: every method may be called from any thread (torch calls them
+// with the GIL released).
+#ifndef KOLO_FRONTENDS_PYTHON_SRC_PROCESS_GROUP_H_
+#define KOLO_FRONTENDS_PYTHON_SRC_PROCESS_GROUP_H_
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kolo/torch/context.h"
+
+namespace kolo {
+namespace torch {
+
+// One collective of a ProcessGroupKolo (Note [Futures of a process group]).
+class KoloWork : public c10d::Work {
+ public:
+  KoloWork(int rank, c10d::OpType type, std::string name);
+  ~KoloWork() override;
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  // Waits for completion (up to `timeout`, if not kNoTimeout) and throws
+  // the collective's error. Returns true.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+  // Called once, by the completer thread.
+  void Complete(std::vector<at::Tensor> outputs, std::exception_ptr error);
+
+  const std::string& name() const { return name_; }
+
+ private:
+  const std::string name_;
+  std::vector<at::Tensor> outputs_;  // guarded by mutex_
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupKolo : public c10d::ProcessGroup {
+ public:
+  // `process_set`: the kolo process set of this group (0: the whole job);
+  // `rank`, `size`: this rank's place in it. `group`: the group's name in
+  // collective names (Note [Collectives named by sequence]).
+  ProcessGroupKolo(std::shared_ptr<Context> context, int process_set, int rank,
+                   int size, std::string group);
+  ~ProcessGroupKolo() override;
+
+  const std::string getBackendName() const override { return "kolo"; }
+  int process_set() const { return set_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts = c10d::BroadcastOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts = c10d::AllreduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts =
+          c10d::AllreduceCoalescedOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts = c10d::ReduceOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputs,
+      std::vector<at::Tensor>& inputs,
+      const c10d::GatherOptions& opts = c10d::GatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ScatterOptions& opts = c10d::ScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs,
+      std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
+                                      int dst_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
+                                      int src_rank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& tensors, int tag) override;
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return next_; }
+
+ private:
+  // The next collective's name (Note [Collectives named by sequence]).
+  std::string NextName();
+  // Queues `finish` (waits for the collective, returns its outputs) for the
+  // completer thread and returns the Work it completes.
+  c10::intrusive_ptr<c10d::Work> Enqueue(
+      c10d::OpType type, const std::string& name,
+      std::function<std::vector<at::Tensor>()> finish);
+  void RunCompleter();
+
+  const std::shared_ptr<Context> context_;
+  const int set_;
+  const std::string group_;
+  std::atomic<uint64_t> next_{0};
+
+  struct Pending {
+    c10::intrusive_ptr<KoloWork> work;
+    std::function<std::vector<at::Tensor>()> finish;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> pending_;  // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+  std::thread completer_;
+};
+
+}  // namespace torch
+}  // namespace kolo
+
+#endif  // KOLO_FRONTENDS_PYTHON_SRC_PROCESS_GROUP_H_
