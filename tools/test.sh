@@ -104,16 +104,19 @@ if [ "$mh_status" -ne 0 ] && ! grep -q '^FAILED multihost/' "$mh_log"; then
 fi
 rm -f "$mh_log"
 
-# The Python frontend (kolo.torch): its pytest session in every rank of a
-# kolorun job at 2 and 3 ranks (a test passes when it passed on every rank),
-# then the launch tests (kolorun, mpirun, torchrun, the wheel in a venv).
-echo "=== Python frontend: kolo.torch under kolorun (np 2, 3) and launch tests ==="
+# The Python frontend (kolo.torch) and the torch.distributed backend: their
+# pytest sessions in every rank of a kolorun job at 2 and 3 ranks (a test
+# passes when it passed on every rank), then the launch tests (kolorun,
+# mpirun, torchrun, the wheel in a venv, a killed rank under DDP).
+echo "=== Python frontend: kolo.torch and the torch.distributed backend under kolorun (np 2, 3) and launch tests ==="
 py_out=$(mktemp -d)
 py_log=$(mktemp)
 bazel build //frontends/python:site //tools/kolorun:kolorun \
   //tools/kolorun:kolo_rank_guard >/dev/null 2>&1
 for np in 2 3; do
   tests/frontends/python/run_ranks.sh "$np" "$py_out" 2>&1 | tee -a "$py_log"
+  SUITE=distributed tests/frontends/python/run_ranks.sh "$np" \
+    "$py_out/distributed" 2>&1 | tee -a "$py_log"
 done
 timeout 1200 /usr/bin/python3 -m pytest -p no:cacheprovider -q \
   --junitxml="$py_out/np1-rank0.xml" tests/frontends/python/launch 2>&1 |
@@ -124,6 +127,8 @@ passed=$((passed + $(grep -c '^PASSED python/' "$py_log" || true)))
 failed=$((failed + $(grep -c '^FAILED python/' "$py_log" || true)))
 skipped=$((skipped + $(grep -c '^SKIPPED python/' "$py_log" || true)))
 if ! grep -q '^python/np2: ' "$py_log" || ! grep -q '^python/np3: ' "$py_log" ||
+   ! grep -q '^python/distributed-np2: ' "$py_log" ||
+   ! grep -q '^python/distributed-np3: ' "$py_log" ||
    ! grep -q '^python/launch: ' "$py_log"; then
   echo "FAILED tests/frontends/python (a session wrote no results)"
   failed=$((failed + 1))

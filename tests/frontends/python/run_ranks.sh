@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# Runs the pytest session of kolo.torch in every rank of one kolorun job:
+# Runs a pytest session of kolo's Python frontend in every rank of one
+# kolorun job:
 #
-#   tests/frontends/python/run_ranks.sh NP OUTDIR [pytest args...]
+#   [SUITE=session|distributed] tests/frontends/python/run_ranks.sh NP OUTDIR [pytest args...]
 #
+# SUITE: tests/frontends/python/session (kolo.torch, the default) or
+# tests/frontends/python/distributed (the torch.distributed backend).
 # Each rank writes OUTDIR/np<NP>-rank<R>.xml (JUnit); then
 # tests/frontends/python/summarize.py prints one line per test,
-# "PASSED python/np<NP>/<test>" when it passed on every rank, "FAILED ..."
+# "PASSED python/<label>/<test>" (label np<NP>, or distributed-np<NP>) when it passed on every rank, "FAILED ..."
 # when it failed (or is missing) on some, "SKIPPED ..." when skipped on all.
 # Expects bazel-bin/frontends/python/site and bazel-bin/tools/kolorun built.
 set -uo pipefail
 np=${1:?usage: run_ranks.sh NP OUTDIR [pytest args]}
 out=${2:?usage: run_ranks.sh NP OUTDIR [pytest args]}
 shift 2
+suite=${SUITE:-session}
+case "$suite" in
+  session) label=np$np ;;
+  distributed) label=distributed-np$np ;;
+  *) echo "run_ranks.sh: SUITE must be session or distributed, not $suite" >&2; exit 2 ;;
+esac
 repo="$(cd "$(dirname "$0")/../../.." && pwd)"
 mkdir -p "$out"
 rm -f "$out"/np"$np"-rank*.xml
@@ -22,9 +31,9 @@ cd "$repo"
 timeout 900 bazel-bin/tools/kolorun/kolorun -np "$np" sh -c '
   xml="$0/np$1-rank$KOLO_RANK.xml"; shift
   exec /usr/bin/python3 -m pytest -p no:cacheprovider -q \
-    --junitxml="$xml" "$@" tests/frontends/python/session' \
-  "$out" "$np" "$@"
+    --junitxml="$xml" "$@"' \
+  "$out" "$np" "$@" "tests/frontends/python/$suite"
 status=$?
-/usr/bin/python3 "$repo/tests/frontends/python/summarize.py" "$out" "$np"
+/usr/bin/python3 "$repo/tests/frontends/python/summarize.py" "$out" "$np" "$label"
 summary=$?
 [ $status -eq 0 ] && [ $summary -eq 0 ]
