@@ -21,6 +21,11 @@ absl::Status Work::Wait(absl::Duration timeout) const {
   return state_->Wait(timeout);
 }
 
+absl::Status Work::WaitQuietly(absl::Duration timeout) const {
+  if (!state_) return absl::FailedPreconditionError("empty Work handle");
+  return state_->WaitQuietly(timeout);
+}
+
 absl::Status Work::status() const {
   if (!state_) return absl::FailedPreconditionError("empty Work handle");
   return state_->status();
@@ -79,6 +84,14 @@ absl::Status WorkState::Wait(absl::Duration timeout) const {
                             ? timeout
                             : timeout - (absl::Now() - start),
                         timeout);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+absl::Status WorkState::WaitQuietly(absl::Duration timeout) const {
+  if (!done_flag_.load(std::memory_order_acquire)) {
+    return WaitBlocking(timeout, timeout);
   }
   std::lock_guard<std::mutex> lock(mu_);
   return status_;

@@ -198,6 +198,10 @@ const std::vector<at::Tensor>& Finish(PendingOp* op) {
 
 }  // namespace
 
+void Handle::block() const {
+  if (op_) op_->work.WaitQuietly().IgnoreError();
+}
+
 bool Handle::poll() const { return op_ && op_->work.IsCompleted(); }
 
 const std::string& Handle::name() const {

@@ -106,15 +106,27 @@ std::exception_ptr AsException(const std::exception& e) {
 
 // ---- KoloWork -----------------------------------------------------------
 
-KoloWork::KoloWork(int rank, c10d::OpType type, std::string name)
+KoloWork::KoloWork(int rank, c10d::OpType type, std::string name,
+                   std::vector<Handle> handles,
+                   std::function<std::vector<at::Tensor>()> finish,
+                   std::weak_ptr<Completer> completer)
     : c10d::Work(rank, type),
       name_(std::move(name)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      handles_(std::move(handles)),
+      completer_(std::move(completer)),
+      finish_(std::move(finish)) {}
 
 KoloWork::~KoloWork() = default;
 
 bool KoloWork::isCompleted() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) return true;
+  }
+  for (const Handle& h : handles_) {
+    if (!h.poll()) return false;
+  }
+  TryFinish();  // quick now: the handles are done
   std::lock_guard<std::mutex> lock(mutex_);
   return completed_;
 }
@@ -135,6 +147,9 @@ std::vector<at::Tensor> KoloWork::result() {
 }
 
 bool KoloWork::wait(std::chrono::milliseconds timeout) {
+  // Note [Futures of a process group]: finish on this thread unless
+  // another did (an unbounded wait only: the finish step waits for kolo).
+  if (timeout == kNoTimeout) TryFinish();
   std::unique_lock<std::mutex> lock(mutex_);
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
@@ -146,24 +161,114 @@ bool KoloWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> KoloWork::getFuture() {
-  return future_;
+void KoloWork::BlockQuietly() const {
+  for (const Handle& h : handles_) h.block();
 }
+
+bool KoloWork::TryFinish() {
+  if (claimed_.exchange(true)) return false;
+  std::vector<at::Tensor> outputs;
+  std::exception_ptr error;
+  try {
+    outputs = finish_();
+  } catch (const std::exception& e) {
+    error = AsException(e);
+  }
+  finish_ = nullptr;  // drops the tensors it holds
+  Complete(std::move(outputs), error);
+  return true;
+}
+
+namespace {
+
+void MarkFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                const std::vector<at::Tensor>& outputs,
+                std::exception_ptr error) {
+  if (error) {
+    future->setError(error);
+  } else {
+    future->markCompleted(c10::IValue(outputs));
+  }
+}
+
+}  // namespace
 
 void KoloWork::Complete(std::vector<at::Tensor> outputs,
                         std::exception_ptr error) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     completed_ = true;
     exception_ = error;
     if (!error) outputs_ = outputs;
+    future = future_;
   }
   cv_.notify_all();
-  // The Future's callbacks run here, outside the lock.
-  if (error) {
-    future_->setError(error);
+  // A Future asked for before completion is completed here, outside the
+  // lock (its callbacks run now); one asked for later, in getFuture().
+  if (future) MarkFuture(future, outputs, error);
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> KoloWork::getFuture() {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  bool completed;
+  std::vector<at::Tensor> outputs;
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (future_) return future_;
+    future_ = c10::make_intrusive<c10::ivalue::Future>(
+        c10::ListType::create(c10::TensorType::get()));
+    future = future_;
+    completed = completed_;
+    outputs = outputs_;
+    error = exception_;
+  }
+  if (completed) {
+    MarkFuture(future, outputs, error);
+  } else if (std::shared_ptr<Completer> completer = completer_.lock()) {
+    completer->Add(c10::intrusive_ptr<KoloWork>::reclaim_copy(this));
   } else {
-    future_->markCompleted(c10::IValue(std::move(outputs)));
+    TryFinish();  // the group is gone: finish here, blocking
+  }
+  return future;
+}
+
+// ---- Completer ----------------------------------------------------------
+
+Completer::Completer() : thread_([this] { Run(); }) {}
+
+Completer::~Completer() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Completer::Add(c10::intrusive_ptr<KoloWork> work) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(work));
+  }
+  cv_.notify_one();
+}
+
+void Completer::Run() {
+  for (;;) {
+    c10::intrusive_ptr<KoloWork> next;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // At destruction the Works already queued still finish (each is
+      // bounded by KOLO_OP_TIMEOUT, or fails at once at shutdown).
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      next = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    next->BlockQuietly();
+    next->TryFinish();  // unless a caller of wait() did
   }
 }
 
@@ -175,58 +280,23 @@ ProcessGroupKolo::ProcessGroupKolo(std::shared_ptr<Context> context,
     : c10d::ProcessGroup(rank, size),
       context_(std::move(context)),
       set_(process_set),
-      group_(std::move(group)) {
+      group_(std::move(group)),
+      completer_(std::make_shared<Completer>()) {
   if (!context_) Refuse("no kolo context");
-  completer_ = std::thread([this] { RunCompleter(); });
 }
 
-ProcessGroupKolo::~ProcessGroupKolo() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  completer_.join();
-}
+ProcessGroupKolo::~ProcessGroupKolo() = default;
 
 std::string ProcessGroupKolo::NextName() {
   return absl::StrCat("c10d/", group_, "/", next_.fetch_add(1));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::Enqueue(
-    c10d::OpType type, const std::string& name,
+    c10d::OpType type, const std::string& name, std::vector<Handle> handles,
     std::function<std::vector<at::Tensor>()> finish) {
-  auto work = c10::make_intrusive<KoloWork>(getRank(), type, name);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.push_back({work, std::move(finish)});
-  }
-  cv_.notify_one();
-  return work;
-}
-
-void ProcessGroupKolo::RunCompleter() {
-  for (;;) {
-    Pending next;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      // At destruction the collectives already queued still finish (each
-      // is bounded by KOLO_OP_TIMEOUT, or fails at once at shutdown).
-      cv_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
-      if (pending_.empty()) return;
-      next = std::move(pending_.front());
-      pending_.pop_front();
-    }
-    std::vector<at::Tensor> outputs;
-    std::exception_ptr error;
-    try {
-      outputs = next.finish();
-    } catch (const std::exception& e) {
-      error = AsException(e);
-    }
-    next.finish = nullptr;  // drops the tensors it holds
-    next.work->Complete(std::move(outputs), error);
-  }
+  return c10::make_intrusive<KoloWork>(getRank(), type, name,
+                                       std::move(handles), std::move(finish),
+                                       completer_);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
@@ -238,7 +308,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
              .name(name)
              .root(static_cast<int>(opts.rootRank))
              .process_set(set_));
-  return Enqueue(c10d::OpType::BROADCAST, name, [h, t] {
+  return Enqueue(c10d::OpType::BROADCAST, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};
   });
@@ -251,7 +321,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce(
   const std::string name = NextName();
   Handle h = context_->allreduce_async_(
       t, AllreduceOptions().name(name).op(op).process_set(set_));
-  return Enqueue(c10d::OpType::ALLREDUCE, name, [h, t] {
+  return Enqueue(c10d::OpType::ALLREDUCE, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};
   });
@@ -267,7 +337,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce_coalesced(
   Handle h = context_->grouped_allreduce_async_(
       tensors, GroupedAllreduceOptions().name(name).op(op).process_set(set_));
   std::vector<at::Tensor> outputs = tensors;
-  return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, name, [h, outputs] {
+  return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, name, {h}, [h, outputs] {
     h.wait_all();
     return outputs;
   });
@@ -288,7 +358,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce(
   AllreduceOptions options = AllreduceOptions().name(name).op(op).process_set(set_);
   Handle h = root ? context_->allreduce_async_(t, options)
                   : context_->allreduce_async(t, options);
-  return Enqueue(c10d::OpType::REDUCE, name, [h, t] {
+  return Enqueue(c10d::OpType::REDUCE, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};
   });
@@ -303,7 +373,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather(
   const std::string name = NextName();
   Handle h = context_->allgather_async(
       AsRow(in), AllgatherOptions().name(name).process_set(set_));
-  return Enqueue(c10d::OpType::ALLGATHER, name, [h, out]() mutable {
+  return Enqueue(c10d::OpType::ALLGATHER, name, {h}, [h, out]() mutable {
     at::Tensor rows = h.wait();
     for (size_t r = 0; r < out.size(); ++r) {
       CopyInto(out[r], rows[r], "allgather");
@@ -322,7 +392,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_allgather_base(
   Handle h = context_->allgather_async(
       AsRow(input), AllgatherOptions().name(name).process_set(set_));
   at::Tensor out = output;
-  return Enqueue(c10d::OpType::_ALLGATHER_BASE, name, [h, out]() mutable {
+  return Enqueue(c10d::OpType::_ALLGATHER_BASE, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "_allgather_base");
     return std::vector<at::Tensor>{out};
   });
@@ -346,7 +416,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_coalesced(
         AllgatherOptions().name(absl::StrCat(name, ".", i)).process_set(set_)));
   }
   std::vector<std::vector<at::Tensor>> out = outputs;
-  return Enqueue(c10d::OpType::ALLGATHER_COALESCED, name,
+  return Enqueue(c10d::OpType::ALLGATHER_COALESCED, name, handles,
                  [handles, out]() mutable {
                    std::vector<at::Tensor> all;
                    for (size_t i = 0; i < handles.size(); ++i) {
@@ -380,7 +450,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::gather(
   const std::string name = NextName();
   Handle h = context_->allgather_async(
       AsRow(in), AllgatherOptions().name(name).process_set(set_));
-  return Enqueue(c10d::OpType::GATHER, name, [h, out]() mutable {
+  return Enqueue(c10d::OpType::GATHER, name, {h}, [h, out]() mutable {
     at::Tensor rows = h.wait();
     for (size_t r = 0; r < out.size(); ++r) CopyInto(out[r], rows[r], "gather");
     return out;
@@ -423,7 +493,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::scatter(
   const std::string name = NextName();
   Handle h = context_->alltoall_async(
       send, AlltoallOptions().name(name).splits(splits).process_set(set_));
-  return Enqueue(c10d::OpType::SCATTER, name, [h, out]() mutable {
+  return Enqueue(c10d::OpType::SCATTER, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "scatter");
     return std::vector<at::Tensor>{out};
   });
@@ -450,7 +520,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter(
   Handle h = context_->reducescatter_async(
       at::cat(rows),
       ReducescatterOptions().name(name).op(op).process_set(set_));
-  return Enqueue(c10d::OpType::REDUCE_SCATTER, name, [h, out]() mutable {
+  return Enqueue(c10d::OpType::REDUCE_SCATTER, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "reduce_scatter");
     return std::vector<at::Tensor>{out};
   });
@@ -469,7 +539,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
       input.reshape({getSize(), output.numel()}),
       ReducescatterOptions().name(name).op(op).process_set(set_));
   at::Tensor out = output;
-  return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, [h, out]() mutable {
+  return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "_reduce_scatter_base");
     return std::vector<at::Tensor>{out};
   });
@@ -505,7 +575,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
   Handle h = context_->alltoall_async(
       input, AlltoallOptions().name(name).splits(splits).process_set(set_));
   at::Tensor out = output;
-  return Enqueue(c10d::OpType::ALLTOALL_BASE, name,
+  return Enqueue(c10d::OpType::ALLTOALL_BASE, name, {h},
                  [h, out, want, name]() mutable {
                    at::Tensor got = h.wait();
                    if (h.received_splits() != want) {
@@ -544,7 +614,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall(
       at::cat(flat),
       AlltoallOptions().name(name).splits(splits).process_set(set_));
   std::vector<at::Tensor> out = outputs;
-  return Enqueue(c10d::OpType::ALLTOALL, name,
+  return Enqueue(c10d::OpType::ALLTOALL, name, {h},
                  [h, out, want, name]() mutable {
                    at::Tensor got = h.wait();
                    if (h.received_splits() != want) {
@@ -573,7 +643,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::barrier(
   at::Tensor token = at::zeros({0}, at::kByte);
   Handle h = context_->allreduce_async_(
       token, AllreduceOptions().name(name).op(kolo::ReduceOp::kSum).process_set(set_));
-  return Enqueue(c10d::OpType::BARRIER, name, [h] {
+  return Enqueue(c10d::OpType::BARRIER, name, {h}, [h] {
     h.wait();
     return std::vector<at::Tensor>{};
   });

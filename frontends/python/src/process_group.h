@@ -20,15 +20,22 @@
 //
 // Note [Futures of a process group]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// DDP's reducer and its communication hooks wait on Work::getFuture(), not
-// on Work::wait(), so a Work must complete without anyone waiting on it.
-// Each group has one completer thread: every submitted collective queues a
-// `finish` step (wait for kolo's handles, copy results into the caller's
-// output tensors where torch's layout differs from kolo's) and the thread
-// runs them in submission order, then completes the Work and its Future
-// (running the Future's callbacks, e.g. a comm hook's decompression, on
-// that thread). Collectives complete in submission order within a group in
-// kolo too, so the order costs nothing.
+// A Work knows kolo's handles and its finish step (wait for the handles,
+// copy the results into the caller's output tensors where torch's layout
+// differs from kolo's). Whoever comes first claims the finish step, and it
+// runs once:
+//   * wait() runs it on the caller's thread: kolo's handle spins briefly
+//     before it sleeps (Note [Spin then block]), so a blocking collective
+//     costs no thread hand-off;
+//   * isCompleted() runs it once the handles are done (polling);
+//   * getFuture(): DDP's reducer and its communication hooks wait on the
+//     Future, not on wait(), so it must complete with nobody waiting. The
+//     group's completer thread takes such Works in the order their Futures
+//     were asked for, blocks on the handles without spinning (it must not
+//     take CPU from the backward pass it overlaps: Work::WaitQuietly),
+//     finishes them and completes their Futures (running the Futures'
+//     callbacks, e.g. a comm hook's decompression, on that thread).
+// A Work nobody asks about is never touched by that thread.
 //
 // Threads: every method may be called from any thread (torch calls them
 // with the GIL released).
@@ -54,9 +61,14 @@ namespace kolo {
 namespace torch {
 
 // One collective of a ProcessGroupKolo (Note [Futures of a process group]).
+class Completer;
+
 class KoloWork : public c10d::Work {
  public:
-  KoloWork(int rank, c10d::OpType type, std::string name);
+  KoloWork(int rank, c10d::OpType type, std::string name,
+           std::vector<Handle> handles,
+           std::function<std::vector<at::Tensor>()> finish,
+           std::weak_ptr<Completer> completer);
   ~KoloWork() override;
 
   bool isCompleted() override;
@@ -68,15 +80,44 @@ class KoloWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
-  // Called once, by the completer thread.
-  void Complete(std::vector<at::Tensor> outputs, std::exception_ptr error);
+  // Blocks until kolo's handles are done, without spinning (errors are
+  // left to the finish step).
+  void BlockQuietly() const;
+  // Runs the finish step and completes the Work, unless another thread
+  // claimed it first. Whether this call ran it.
+  bool TryFinish();
 
   const std::string& name() const { return name_; }
 
  private:
+  void Complete(std::vector<at::Tensor> outputs, std::exception_ptr error);
+
   const std::string name_;
+  // Fixed after construction (the completer reads them while a caller may
+  // run the finish step).
+  const std::vector<Handle> handles_;
+  const std::weak_ptr<Completer> completer_;
+  std::function<std::vector<at::Tensor>()> finish_;  // the claimer's
+  std::atomic<bool> claimed_{false};
   std::vector<at::Tensor> outputs_;  // guarded by mutex_
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  // Made by the first getFuture().
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_
+};
+
+// The completer thread of a group (Note [Futures of a process group]).
+class Completer {
+ public:
+  Completer();
+  ~Completer();  // finishes the Works queued, then joins
+  void Add(c10::intrusive_ptr<KoloWork> work);
+
+ private:
+  void Run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<KoloWork>> queue_;  // guarded by mu_
+  bool stopping_ = false;                           // guarded by mu_
+  std::thread thread_;
 };
 
 class ProcessGroupKolo : public c10d::ProcessGroup {
@@ -153,27 +194,18 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
  private:
   // The next collective's name (Note [Collectives named by sequence]).
   std::string NextName();
-  // Queues `finish` (waits for the collective, returns its outputs) for the
-  // completer thread and returns the Work it completes.
+  // The Work of a collective submitted as `handles`, whose finish step is
+  // `finish` (waits for the collective, returns its outputs).
   c10::intrusive_ptr<c10d::Work> Enqueue(
-      c10d::OpType type, const std::string& name,
+      c10d::OpType type, const std::string& name, std::vector<Handle> handles,
       std::function<std::vector<at::Tensor>()> finish);
-  void RunCompleter();
 
   const std::shared_ptr<Context> context_;
   const int set_;
   const std::string group_;
   std::atomic<uint64_t> next_{0};
 
-  struct Pending {
-    c10::intrusive_ptr<KoloWork> work;
-    std::function<std::vector<at::Tensor>()> finish;
-  };
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Pending> pending_;  // guarded by mu_
-  bool stopping_ = false;        // guarded by mu_
-  std::thread completer_;
+  const std::shared_ptr<Completer> completer_;
 };
 
 }  // namespace torch

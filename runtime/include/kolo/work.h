@@ -43,6 +43,13 @@ class Work {
   // again). A collective can fail with DeadlineExceeded of its own too
   // (KOLO_OP_TIMEOUT, a stall): IsWaitTimeout() tells the two apart.
   absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
+  // Wait() without spinning: blocks in the kernel at once, and does not
+  // count as a caller waiting (so the background thread does not spin for
+  // it either; Note [Spin then block]). For helper threads that wait on
+  // collectives in the background and must not take CPU from the training
+  // loop.
+  absl::Status WaitQuietly(
+      absl::Duration timeout = absl::InfiniteDuration()) const;
 
   // The final status; Unknown("pending") while not completed.
   absl::Status status() const;
@@ -69,6 +76,7 @@ class WorkState {
   bool Complete(absl::Status status, std::vector<int64_t> splits = {});
   bool IsCompleted() const;
   absl::Status Wait(absl::Duration timeout) const;
+  absl::Status WaitQuietly(absl::Duration timeout) const;
   absl::Status status() const;
   std::vector<int64_t> splits() const;
 

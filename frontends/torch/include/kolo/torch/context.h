@@ -154,6 +154,11 @@ class Handle {
   // allreduce, one for the other collectives.
   std::vector<at::Tensor> wait_all() const;
 
+  // Blocks until the collective has finished, without spinning
+  // (kolo::Work::WaitQuietly), and neither throws nor finishes it: wait()
+  // then returns (or throws) at once. For helper threads.
+  void block() const;
+
   // Allgather and alltoall, once completed: the rows received from each
   // rank of the set, in rank order. Empty otherwise.
   std::vector<int64_t> received_splits() const;
