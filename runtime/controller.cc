@@ -127,6 +127,32 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
       return;
     }
   }
+  if (!inserted && !p.members.empty() &&
+      !std::equal(p.members.begin(), p.members.end(),
+                  request->shape().begin(), request->shape().end())) {
+    // Members that disagree on the members: fail at once (the first list
+    // would wait for ranks the others never meant).
+    if (!p.by_rank[rank]) {
+      p.by_rank[rank] = std::move(request);
+      ++p.count;
+    }
+    std::vector<const wire::Request*> submitted;
+    std::vector<int> labels;
+    for (int r = 0; r < size_; ++r) {
+      if (!p.by_rank[r]) continue;
+      submitted.push_back(p.by_rank[r].get());
+      labels.push_back(config_.global_ranks[r]);
+    }
+    Ready ready;
+    ready.ready_at = now;
+    ready.response = BuildResponse(submitted, labels);
+    ready.canonical = p.by_rank[p.members.front()]
+                          ? p.by_rank[p.members.front()]
+                          : p.by_rank[rank];
+    ErasePending(it);
+    PushReady(std::move(ready));
+    return;
+  }
   if (p.by_rank[rank]) return;  // Rejected on the rank already.
   p.by_rank[rank] = std::move(request);
   p.cache_id[rank] = cache_id;
