@@ -75,13 +75,15 @@ struct Executor::Pending {
 
 Executor::Executor(Backend* backend, int rank, int size,
                    bool average_over_set_size, Timeline* timeline,
-                   std::function<void(const absl::Status&)> on_async_failure)
+                   std::function<void(const absl::Status&)> on_async_failure,
+                   std::function<absl::Status(const absl::Status&)> explain_failure)
     : backend_(backend),
       rank_(rank),
       size_(size),
       average_over_set_size_(average_over_set_size),
       timeline_(timeline),
       on_async_failure_(std::move(on_async_failure)),
+      explain_failure_(std::move(explain_failure)),
       pending_(std::make_shared<Pending>()) {}
 
 Executor::~Executor() {
@@ -302,7 +304,20 @@ absl::Status Executor::Execute(
   if (!s.ok()) {
     s = absl::Status(s.code(), absl::StrCat(what, " of ", Names(r), " on rank ",
                                             rank_, ": ", s.message()));
-    CompleteAll(entries, s);
+    // Note [Buffers of a failed collective] in runtime_impl.cc: the Works
+    // complete only now that the backend has let go of their buffers, with
+    // the runtime's cause (a lost rank) where it has one.
+    const absl::Status cause = explain_failure_ ? explain_failure_(s) : s;
+    if (cause == s) {
+      CompleteAll(entries, s);
+    } else {
+      for (auto& e : entries) {
+        e->Complete(absl::Status(
+            cause.code(),
+            absl::StrCat(CollectiveName(e->request.type()), " \"",
+                         e->request.name(), "\" failed: ", cause.message())));
+      }
+    }
     // What was queued before the failure may still read the temporaries.
     Finish(entries, std::move(outcomes), std::move(temps));
     return s;

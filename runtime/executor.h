@@ -33,9 +33,14 @@ class Executor {
   // `timeline` (may be null) receives the execution phases of each tensor.
   // `on_async_failure` (may be empty) is told, from the backend's
   // completion thread, when a response the backend completes later failed.
+  // `explain_failure` (may be empty) maps a failed collective's status to
+  // its cause when there is a better one (the runtime's: "rank 3 lost"),
+  // or returns it unchanged.
   Executor(Backend* backend, int rank, int size, bool average_over_set_size,
            Timeline* timeline,
-           std::function<void(const absl::Status&)> on_async_failure = {});
+           std::function<void(const absl::Status&)> on_async_failure = {},
+           std::function<absl::Status(const absl::Status&)> explain_failure =
+               {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -118,6 +123,7 @@ class Executor {
   Buffer gather_send_;  // allgather: this rank's packed block;
                         // reducescatter: received chunks
   std::function<void(const absl::Status&)> on_async_failure_;
+  std::function<absl::Status(const absl::Status&)> explain_failure_;
   // Entries handed to the backend and not completed yet; shared with the
   // completion callbacks, which may outlive a response.
   std::shared_ptr<Pending> pending_;

@@ -129,7 +129,8 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
   set.executor = std::make_unique<Executor>(
       set.backend.get(), set.rank, set.size(),
       options_.join_average_over_set_size,
-      options_.rank == 0 ? &timeline_ : nullptr);
+      options_.rank == 0 ? &timeline_ : nullptr, nullptr,
+      [this](const absl::Status& s) { return ExplainCollectiveFailure(s); });
   return absl::OkStatus();
 }
 

@@ -386,17 +386,16 @@ void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
     logger_.Error(std::string(status.message()));
   }
   queue_.Close(status);
-  {
-    // The collective in flight fails now too; its buffers are left to the
-    // backend, which stops at its own timeout or when its peers close.
-    std::lock_guard<std::mutex> lock(executing_mu_);
-    for (TensorEntry* e : executing_) {
-      e->Complete(absl::Status(
-          status.code(),
-          absl::StrCat(CollectiveName(e->request.type()), " \"",
-                       e->request.name(), "\" failed: ", status.message())));
-    }
-  }
+  // Note [Buffers of a failed collective]
+  // The collective the background thread is executing is not completed
+  // here: until the backend returns it reads and writes the callers'
+  // buffers (and gloo's I/O thread may still receive into them), and a
+  // caller whose Wait() returned may free them. Closing the data-plane
+  // connections below makes the backend return at once (shm's barrier
+  // wakes, gloo's pairs fail), and makes peers blocked in a collective with
+  // us fail instead of waiting for their timeout; the executor then
+  // completes the collective's Works with this status as the cause
+  // (ExplainCollectiveFailure).
   // Closing our data-plane connections makes peers blocked in a collective
   // with us fail at once instead of at their timeout; ours ends the same way.
   std::vector<std::shared_ptr<ProcessSetState>> sets;
@@ -833,15 +832,7 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     }
     executor = set.cuda_executor.get();
   }
-  {
-    std::lock_guard<std::mutex> lock(executing_mu_);
-    for (auto& e : entries) executing_.push_back(e.get());
-  }
   absl::Status s = executor->Execute(response, entries);
-  {
-    std::lock_guard<std::mutex> lock(executing_mu_);
-    executing_.clear();
-  }
   if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
 }
 
@@ -897,6 +888,19 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   timeline_.Stop();
   if (control_) control_->Close();
   absl::Status fatal = fatal_status();
+  if (absl::IsUnavailable(fatal) && options_.rank != 0) {
+    // The coordinator's own Shutdown timed out a moment before ours and it
+    // left: what it waited for is the reason, not its departure.
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "Shutdown failed: the coordinator (rank 0) stopped waiting for ",
+          shutdown_waiting_.size() == 1 ? "rank " : "ranks ",
+          absl::StrJoin(shutdown_waiting_, ", "),
+          " (which never called Shutdown) to shut down, and left (",
+          fatal.message(), ")"));
+    }
+  }
   if (!fatal.ok()) return fatal;
   return result;
 }

@@ -175,11 +175,6 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
   std::atomic<int64_t> process_set_calls_{0};
-  // Entries of the collective the background thread is running, so that a
-  // fatal error (a lost peer) fails them at once even while the backend is
-  // still blocked; the background thread clears it before the entries go.
-  std::mutex executing_mu_;
-  std::vector<TensorEntry*> executing_;  // guarded by executing_mu_
   bool shutdown_sent_ = false;  // background thread only
   bool joined_ = false;         // background thread only
   // A response that travelled as cache ids, rebuilt (background thread).
