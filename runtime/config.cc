@@ -830,6 +830,13 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
   KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));
   KOLO_RETURN_IF_ERROR(ReadBool(env, Alias(env, "KOLO_HIERARCHICAL_ALLREDUCE"),
                                 &o.hierarchical_allreduce));
+  KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_ELASTIC_GENERATION", 0,
+                               int64_t{1} << 40, &o.generation));
+  KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_ELASTIC_ID", 0, int64_t{1} << 40,
+                               &o.elastic_id));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_ELASTIC_TIMEOUT",
+                                    absl::Seconds(1), /*allow_zero=*/false,
+                                    &o.elastic_timeout));
   KOLO_RETURN_IF_ERROR(ValidateOptions(o));
   return o;
 }

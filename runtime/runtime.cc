@@ -402,6 +402,8 @@ absl::Status Runtime::StartTimeline(const std::string& path,
 
 absl::Status Runtime::StopTimeline() { return impl_->StopTimeline(); }
 
+absl::Status Runtime::status() const { return impl_->status(); }
+
 RuntimeStats Runtime::stats() const { return impl_->stats(); }
 
 absl::Status Runtime::Shutdown(absl::Duration timeout) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/fusion.h"
+#include "runtime/net/sha256.h"
 #include "runtime/rendezvous/tcp_store.h"
 
 namespace kolo {
@@ -209,7 +210,26 @@ absl::Status RuntimeImpl::Start() {
     base = *client;
   }
   if (!base) base = NewInMemoryStore();  // A job of one.
-  store_ = NewPrefixStore("kolo", base);
+  // Note [Generations]
+  // An elastic job re-forms as generation 1, 2, ... after it loses or gains
+  // workers (kolo/elastic.h), in the same store. Generation g > 0 keeps its
+  // keys under "kolo/g<g>" (generation 0 under "kolo", where kolorun's start
+  // checks look), so that claims, addresses and readiness of different
+  // generations never meet; and its control channel authenticates with
+  // HMAC(secret, "kolo generation <g>") rather than the secret itself, so
+  // that a worker still in an older generation that reaches a newer one's
+  // ports fails the handshake like a stranger. The store itself is
+  // authenticated with the job secret: it serves every generation.
+  store_ = NewPrefixStore(
+      options_.generation > 0 ? absl::StrCat("kolo/g", options_.generation)
+                              : std::string("kolo"),
+      base);
+  const std::string channel_secret =
+      options_.generation > 0
+          ? net::HmacSha256(options_.secret)
+                .MacString({"kolo generation ",
+                            absl::StrCat(options_.generation)})
+          : options_.secret;
   if (options_.size > 1) {
     absl::Status joined = ClaimRank(*store_, options_);
     if (!joined.ok()) return joined;
@@ -243,7 +263,7 @@ absl::Status RuntimeImpl::Start() {
     liveness.heartbeat_timeout =
         options_.op_timeout / 2 + liveness.heartbeat_interval;
     auto control = ControlPlane::Create(options_.rank, options_.size, store_,
-                                        options_.secret, options_.bind_addr,
+                                        channel_secret, options_.bind_addr,
                                         deadline, std::move(callbacks), liveness);
     if (!control.ok()) return control.status();
     control_ = std::move(*control);

@@ -96,6 +96,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::Status StartTimeline(const std::string& path, bool mark_cycles);
   absl::Status StopTimeline();
   RuntimeStats stats() const;
+  // The fatal error, OK while the job runs (Runtime::status()).
+  absl::Status status() { return fatal_status(); }
 
   absl::Status Shutdown(absl::Duration timeout);
   void Abort();

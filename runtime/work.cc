@@ -4,6 +4,7 @@
 
 #include "runtime/format.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/time/clock.h"
 #include "runtime/sync/wakeup.h"
 
@@ -12,6 +13,13 @@ namespace kolo {
 bool IsWaitTimeout(const absl::Status& status) {
   return absl::IsDeadlineExceeded(status) &&
          status.GetPayload(kWaitTimeoutPayload).has_value();
+}
+
+int LostRank(const absl::Status& status) {
+  auto rank = status.GetPayload(kLostRankPayload);
+  int parsed;
+  if (!rank || !absl::SimpleAtoi(std::string(*rank), &parsed)) return -1;
+  return parsed;
 }
 
 bool Work::IsCompleted() const { return state_ && state_->IsCompleted(); }

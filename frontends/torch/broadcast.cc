@@ -42,14 +42,18 @@ void BroadcastInPlace(
   if (first_error) throw *first_error;
 }
 
+}  // namespace
+
+namespace {
 constexpr char kStateKey[] = "state";
 constexpr char kGroupsKey[] = "groups";
 constexpr char kOptionsKey[] = "options/";
+}  // namespace
 
 // Root's optimizer state and param-group options, serialised. Optimizer::load
 // restores the state but (in LibTorch 1.13) drops the saved options, so they
 // travel separately.
-std::string SerializeOptimizer(::torch::optim::Optimizer& optimizer) {
+std::string serialize_optimizer_state(::torch::optim::Optimizer& optimizer) {
   ::torch::serialize::OutputArchive archive;
   ::torch::serialize::OutputArchive state(archive.compilation_unit());
   optimizer.save(state);
@@ -67,7 +71,7 @@ std::string SerializeOptimizer(::torch::optim::Optimizer& optimizer) {
   return out.str();
 }
 
-void LoadOptimizer(const std::string& bytes,
+void load_optimizer_state(const std::string& bytes,
                    ::torch::optim::Optimizer& optimizer) {
   ::torch::serialize::InputArchive archive;
   archive.load_from(bytes.data(), bytes.size());
@@ -93,7 +97,7 @@ void LoadOptimizer(const std::string& bytes,
   }
 }
 
-}  // namespace
+
 
 void broadcast_parameters(
     const ::torch::OrderedDict<std::string, at::Tensor>& named_tensors,
@@ -123,7 +127,7 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root,
   std::string bytes;
   const bool is_root = ctx->rank() == root;
   try {
-    if (is_root) bytes = SerializeOptimizer(optimizer);
+    if (is_root) bytes = serialize_optimizer_state(optimizer);
   } catch (const c10::Error& e) {
     throw Error(absl::StatusCode::kInvalidArgument,
                 absl::StrCat("broadcast_optimizer_state: cannot serialise the "
@@ -134,7 +138,7 @@ void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root,
       bytes, BroadcastOptions().name("bcast.optimizer_state").root(root));
   if (is_root) return;
   try {
-    LoadOptimizer(bytes, optimizer);
+    load_optimizer_state(bytes, optimizer);
   } catch (const c10::Error& e) {
     throw Error(absl::StatusCode::kInvalidArgument,
                 absl::StrCat("broadcast_optimizer_state: root's state does not "

@@ -100,6 +100,8 @@ void DistributedOptimizer::synchronize() { reducer_->synchronize(); }
 
 void DistributedOptimizer::skip_synchronize() { reducer_->skip_synchronize(); }
 
+void DistributedOptimizer::reset() { reducer_->reset(); }
+
 // Note [One set of param groups]: the wrapped optimizer holds them while a
 // Lent lives, also if its step() throws.
 class DistributedOptimizer::Lent {

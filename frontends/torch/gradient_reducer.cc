@@ -409,5 +409,20 @@ void GradientReducer::BeforeZeroGrad() {
   state_->ResetPassesLocked();
 }
 
+void GradientReducer::reset() {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  for (State::Group& group : state_->groups) {
+    if (group.submitted) group.handle.block();
+    group.submitted = false;
+    group.handle = Handle();
+  }
+  state_->hook_error.reset();
+  state_->ResetPassesLocked();
+  state_->synchronized = false;
+  state_->skip_next = false;
+  state_->context =
+      options_.context() ? options_.context() : default_context();
+}
+
 }  // namespace torch
 }  // namespace kolo

@@ -12,7 +12,9 @@
 #include <new>
 #include <system_error>
 
+#include "kolo/work.h"
 #include "runtime/format.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -20,6 +22,13 @@
 
 namespace kolo {
 namespace {
+
+// Unavailable, carrying the lost rank for LostRank() (kolo/work.h).
+absl::Status RankLostError(int rank, absl::string_view message) {
+  absl::Status status = absl::UnavailableError(message);
+  status.SetPayload(kLostRankPayload, absl::Cord(absl::StrCat(rank)));
+  return status;
+}
 
 constexpr char kAddressKey[] = "control/address";
 constexpr char kShmNameKey[] = "control/shm/name";
@@ -324,8 +333,7 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
       const auto& lost = message.rank_lost();
       shutting_down_ = true;  // The job is over; the coordinator will close.
       if (!lost_reported_.exchange(true)) {
-        callbacks_.on_fatal(absl::UnavailableError(
-            absl::StrCat("rank ", lost.rank(), " lost: ", lost.reason(),
+        callbacks_.on_fatal(RankLostError(lost.rank(), absl::StrCat("rank ", lost.rank(), " lost: ", lost.reason(),
                          " (reported by the coordinator)")));
       }
       continue;
@@ -368,11 +376,10 @@ void ControlPlane::PeerLost(int peer, const std::string& reason) {
     notice.mutable_rank_lost()->set_reason(reason);
     Broadcast(notice).IgnoreError();  // Best effort: some may be gone too.
     callbacks_.on_fatal(
-        absl::UnavailableError(absl::StrCat("rank ", peer, " lost: ", reason)));
+        RankLostError(peer, absl::StrCat("rank ", peer, " lost: ", reason)));
   } else {
     if (lost_reported_.exchange(true)) return;
-    callbacks_.on_fatal(absl::UnavailableError(
-        absl::StrCat("lost coordinator (rank 0): ", reason)));
+    callbacks_.on_fatal(RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", reason)));
   }
 }
 
@@ -512,8 +519,7 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
     if (m.request_list().shutdown()) shm->SetLeaving(rank_);
     absl::Status s = WriteShm(shm->up(rank_), 0, Serialize(m));
     if (!s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("lost coordinator (rank 0): ", s.message()));
+      return RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
     }
     return s;
   }
@@ -522,11 +528,10 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
     std::lock_guard<std::mutex> lock(mu_);
     channel = channels_[0];
   }
-  if (!channel) return absl::UnavailableError("lost coordinator (rank 0)");
+  if (!channel) return RankLostError(0, "lost coordinator (rank 0)");
   absl::Status s = channel->Send(Serialize(m));
   if (!s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("lost coordinator (rank 0): ", s.message()));
+    return RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
   }
   return s;
 }
@@ -547,8 +552,7 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
       if (r <= 0 || r >= size_) continue;
       absl::Status s = WriteShm(shm->down(r), r, bytes);
       if (!s.ok() && first.ok()) {
-        first = absl::UnavailableError(
-            absl::StrCat("rank ", r, " lost: ", s.message()));
+        first = RankLostError(r, absl::StrCat("rank ", r, " lost: ", s.message()));
       }
     }
     return first;
@@ -567,8 +571,7 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
   for (auto& [r, channel] : targets) {
     absl::Status s = channel->Send(bytes);
     if (!s.ok() && first.ok()) {
-      first = absl::UnavailableError(
-          absl::StrCat("rank ", r, " lost: ", s.message()));
+      first = RankLostError(r, absl::StrCat("rank ", r, " lost: ", s.message()));
     }
   }
   return first;

@@ -75,6 +75,9 @@ bool IsJobVariable(absl::string_view name) {
                                                    "KOLO_SECRET_FD",
                                                    "KOLO_SECRET",
                                                    "KOLO_LAUNCHER",
+                                                   "KOLO_ELASTIC_ID",
+                                                   "KOLO_ELASTIC_GENERATION",
+                                                   "KOLO_ELASTIC_TIMEOUT",
                                                    "HOROVOD_RANK",
                                                    "HOROVOD_SIZE",
                                                    "HOROVOD_LOCAL_RANK",
@@ -270,6 +273,47 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
         return ParseSeconds(name, v, /*allow_zero=*/false,
                             &options.start_timeout);
       };
+    } else if (name == "--min-np" || name == "--max-np") {
+      apply = [&, name](absl::string_view v) {
+        options.elastic = true;
+        return ParsePositive(name, v, 1 << 30,
+                             name == "--min-np" ? &options.min_np
+                                                : &options.max_np);
+      };
+    } else if (name == "--host-discovery-script") {
+      apply = [&, name](absl::string_view v) {
+        options.elastic = true;
+        return ParseNonEmpty(name, v, &options.host_discovery_script);
+      };
+    } else if (name == "--slots-per-host" || name == "--slots") {
+      apply = [&, name](absl::string_view v) {
+        return ParsePositive(name, v, 1 << 20, &options.slots_per_host);
+      };
+    } else if (name == "--elastic-timeout") {
+      apply = [&, name](absl::string_view v) {
+        return ParseSeconds(name, v, /*allow_zero=*/false,
+                            &options.elastic_timeout);
+      };
+    } else if (name == "--reset-limit") {
+      apply = [&, name](absl::string_view v) -> absl::Status {
+        int n;
+        if (!absl::SimpleAtoi(v, &n) || n < 0) {
+          return Invalid(absl::StrCat(
+              name, " expects a non-negative integer, got \"", v, "\""));
+        }
+        options.reset_limit = n;
+        return absl::OkStatus();
+      };
+    } else if (name == "--blacklist-cooldown") {
+      apply = [&, name](absl::string_view v) {
+        return ParseSeconds(name, v, /*allow_zero=*/true,
+                            &options.blacklist_cooldown);
+      };
+    } else if (name == "--discovery-interval") {
+      apply = [&, name](absl::string_view v) {
+        return ParseSeconds(name, v, /*allow_zero=*/false,
+                            &options.discovery_interval);
+      };
     } else if (name == "--bind-to") {
       apply = [&, name](absl::string_view v) -> absl::Status {
         if (v == "core" || v == "none") {
@@ -308,6 +352,32 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
                                 options.output_ranks.back(), ", but -np ",
                                 options.num_proc, " has ranks 0 to ",
                                 options.num_proc - 1));
+  }
+  if (options.elastic) {
+    if (options.min_np == 0) options.min_np = options.num_proc;
+    if (options.max_np == 0) {
+      options.max_np = options.host_discovery_script.empty()
+                           ? options.num_proc
+                           : (1 << 30);
+    }
+    if (options.min_np > options.num_proc ||
+        options.num_proc > options.max_np) {
+      return Invalid(absl::StrCat(
+          "elastic mode needs --min-np <= -np <= --max-np, got --min-np ",
+          options.min_np, ", -np ", options.num_proc, ", --max-np ",
+          options.max_np));
+    }
+    if (!options.host_discovery_script.empty() &&
+        (have_host_list || !options.hostfile.empty())) {
+      return Invalid(
+          "--host-discovery-script lists the hosts itself: drop -H / "
+          "--hostfile");
+    }
+    if (!options.output_ranks.empty()) {
+      return Invalid(
+          "--output-ranks names ranks, which change in elastic mode; use "
+          "--output-filename");
+    }
   }
   options.command.assign(args.begin() + i, args.end());
   if (options.command.empty()) {
@@ -405,6 +475,31 @@ options:
                             hardware threads included (nothing is bound when
                             a host has more workers than CPUs); none:
                             placement left to the kernel
+
+elastic mode (docs/elastic.md; on with any of the first three):
+  --min-np N                the fewest workers the job trains with (default:
+                            -np); a lost worker is removed and the others go
+                            on while at least N remain
+  --max-np N                the most workers (default: -np, or the hosts'
+                            slots with a discovery script)
+  --host-discovery-script PATH
+                            prints the available hosts, one "host" or
+                            "host:slots" per line; run every
+                            --discovery-interval (default 1 s): new slots get
+                            workers, hosts no longer printed are left
+                            (instead of -H / --hostfile)
+  --slots-per-host N        slots of a host the script prints without
+                            ":slots" (default 1)
+  --elastic-timeout SECONDS how long to wait for --min-np workers, at start
+                            and after losing some (default 600)
+  --reset-limit N           how many times the job may re-form before it
+                            fails (default: no limit)
+  --blacklist-cooldown SECONDS
+                            a host whose workers failed twice gets no new
+                            workers for this long (default 60; 0: for good)
+  --discovery-interval SECONDS
+                            how often the discovery script runs (default 1)
+
   --verbose                 print the command, the placement, the CPUs of
                             each worker and the store address to stderr
   -h, --help                print this help and exit
@@ -416,7 +511,8 @@ connection closes. They get KOLO_* (the job's and kolorun's own), PATH,
 LD_LIBRARY_PATH, OMP_NUM_THREADS and the -x variables; the job secret
 travels on ssh's standard input, never on a command line.
 
-exit status: 0 when every worker exits 0; 1 when a worker fails or a rank
+exit status: 0 when every worker exits 0 (elastic: when the job finishes,
+whatever workers it lost on the way); 1 when a worker fails or a rank
 does not join in time; 2 for a usage error; 128+n after signal n (130 for
 SIGINT, 143 for SIGTERM).
 )";

@@ -66,6 +66,33 @@ struct LaunchOptions {
   // --bind-to core|none: each worker on its own share of the host's CPUs
   // (Note [Binding] in process.h), or placement left to the kernel.
   bool bind_to_core = true;
+  // --- Elastic mode (docs/elastic.md): on when --min-np, --max-np or
+  // --host-discovery-script is given. -np is then the size to start with.
+  bool elastic = false;
+  // --min-np N: the fewest workers the job trains with (default: -np).
+  int min_np = 0;
+  // --max-np N: the most (default: -np without a discovery script, else no
+  // limit but the hosts' slots).
+  int max_np = 0;
+  // --host-discovery-script PATH: prints the hosts available now, one
+  // "host" or "host:slots" per line; run at start and every
+  // discovery_interval. Exclusive with -H and --hostfile.
+  std::string host_discovery_script;
+  // --slots-per-host N: slots of a discovered host printed without ":slots"
+  // (default 1).
+  int slots_per_host = 1;
+  // --elastic-timeout SECONDS: how long the job waits for --min-np workers
+  // (at start and after losing some) before it fails (default 600).
+  absl::Duration elastic_timeout = absl::Seconds(600);
+  // --reset-limit N: how many times the job may re-form (a new generation)
+  // before it fails; -1 (the default): no limit.
+  int reset_limit = -1;
+  // --blacklist-cooldown SECONDS: a host with kBlacklistFailures failures
+  // gets no new workers for this long (default 60; 0: for good).
+  absl::Duration blacklist_cooldown = absl::Seconds(60);
+  // --discovery-interval SECONDS: how often the script runs (default 1).
+  absl::Duration discovery_interval = absl::Seconds(1);
+
   // --verbose: print the command, the placement and the store address.
   bool verbose = false;
   // -h / --help: print Usage() and exit 0; nothing else is checked.

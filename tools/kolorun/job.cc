@@ -62,9 +62,11 @@ Variables JobVariables(const std::vector<std::string>& inherited,
                        const LaunchOptions& options,
                        const RankEndpoint& endpoint) {
   const RankPlacement& p = endpoint.placement;
+  const int world_size =
+      endpoint.world_size > 0 ? endpoint.world_size : options.num_proc;
   Variables vars = {
       {"KOLO_RANK", absl::StrCat(p.rank)},
-      {"KOLO_SIZE", absl::StrCat(options.num_proc)},
+      {"KOLO_SIZE", absl::StrCat(world_size)},
       {"KOLO_LOCAL_RANK", absl::StrCat(p.local_rank)},
       {"KOLO_LOCAL_SIZE", absl::StrCat(p.local_size)},
       {"KOLO_CROSS_RANK", absl::StrCat(p.cross_rank)},
@@ -77,7 +79,7 @@ Variables JobVariables(const std::vector<std::string>& inherited,
       // Horovod's names, for scripts that read them (horovodrun exports
       // these).
       {"HOROVOD_RANK", absl::StrCat(p.rank)},
-      {"HOROVOD_SIZE", absl::StrCat(options.num_proc)},
+      {"HOROVOD_SIZE", absl::StrCat(world_size)},
       {"HOROVOD_LOCAL_RANK", absl::StrCat(p.local_rank)},
       {"HOROVOD_LOCAL_SIZE", absl::StrCat(p.local_size)},
       {"HOROVOD_CROSS_RANK", absl::StrCat(p.cross_rank)},
@@ -92,7 +94,7 @@ Variables JobVariables(const std::vector<std::string>& inherited,
   // unless kolorun's environment (or -x) has them. Rank 0's torch process
   // listens there (its TCPStore, not kolo's: docs/security.md).
   Set(&vars, "RANK", absl::StrCat(p.rank));
-  Set(&vars, "WORLD_SIZE", absl::StrCat(options.num_proc));
+  Set(&vars, "WORLD_SIZE", absl::StrCat(world_size));
   Set(&vars, "LOCAL_RANK", absl::StrCat(p.local_rank));
   Set(&vars, "LOCAL_WORLD_SIZE", absl::StrCat(p.local_size));
   Set(&vars, "GROUP_RANK", absl::StrCat(p.cross_rank));
@@ -104,6 +106,14 @@ Variables JobVariables(const std::vector<std::string>& inherited,
   }
   if (endpoint.secret_fd >= 0) {
     Set(&vars, "KOLO_SECRET_FD", absl::StrCat(endpoint.secret_fd));
+  }
+  if (endpoint.elastic_id >= 0) {
+    Set(&vars, "KOLO_ELASTIC_ID", absl::StrCat(endpoint.elastic_id));
+    Set(&vars, "KOLO_ELASTIC_GENERATION", absl::StrCat(endpoint.generation));
+    // Waiting for the next generation may take the whole elastic timeout
+    // (kolorun waiting for --min-np workers), and then some.
+    Set(&vars, "KOLO_ELASTIC_TIMEOUT",
+        FormatSeconds(options.elastic_timeout + absl::Seconds(60)));
   }
   if (!options.network_interface.empty()) {
     Set(&vars, "KOLO_IFACE", options.network_interface);

@@ -66,6 +66,12 @@ struct RankEndpoint {
   // variables] in job.cc): where rank 0's TCPStore will listen.
   std::string torch_master_addr;
   int torch_master_port = 0;
+  // Elastic mode: the job's size in the worker's first generation (0:
+  // -np), the worker's id (KOLO_ELASTIC_ID; -1: not elastic) and that
+  // generation (KOLO_ELASTIC_GENERATION).
+  int world_size = 0;
+  int64_t elastic_id = -1;
+  int64_t generation = 0;
 };
 
 // Where torch.distributed's rank 0 listens under kolorun: rank 0's host

@@ -52,6 +52,7 @@
 #include "absl/time/time.h"
 #include "kolo/store.h"
 #include "tools/kolorun/args.h"
+#include "tools/kolorun/elastic.h"
 #include "tools/kolorun/hosts.h"
 #include "tools/kolorun/job_guard.h"
 #include "tools/kolorun/job.h"
@@ -89,6 +90,20 @@ class Launcher {
     // How it ended, if it exited 0 before it finished the rendezvous
     // (Note [Failures at start]); empty otherwise.
     std::string exited_before_joining;
+    // Elastic mode (Note [Elastic launcher] in launcher.cc): the worker's
+    // id, the generation it belongs to (or left last), whether it left that
+    // generation, whether its host was removed (it gets no place in the
+    // next one), whether kolorun killed it as lost (its end is no news).
+    int64_t elastic_id = -1;
+    int64_t generation = 0;
+    bool left = false;
+    bool removed = false;
+    bool killed = false;
+    // When a survivor reported it lost while it still ran (it may be
+    // exiting: kolorun kills it only if it still runs kLostGrace later),
+    // by whom and why.
+    absl::Time reported_lost = absl::InfiniteFuture();
+    std::string lost_report;
   };
   // kReporting: a worker failed on its own; the others get kReportGrace to
   // report what they saw (e.g. "rank 1 lost") and exit before the teardown.
@@ -101,6 +116,21 @@ class Launcher {
   bool Spawn(const RankEndpoint& endpoint, const std::string& secret,
              const std::vector<std::string>& inherited, int dev_null);
   void EventLoop();
+  // Elastic mode (Note [Elastic launcher] in launcher.cc).
+  void ElasticStart();
+  void OnElasticEnd(Worker& worker, bool success, const std::string& what);
+  void OnElasticStoreChange();
+  void OnDiscovery();
+  // Kills the workers reported lost kLostGrace ago that still run.
+  void KillLostWorkers();
+  // Asks the current generation to re-form (elastic/<g>/closing).
+  void RequestReform(const std::string& reason);
+  // Forms the next generation once every member has left or is gone.
+  void TryForm();
+  // Free slots on hosts that may get new workers now, per host.
+  std::vector<std::pair<std::string, int>> FreeSlots() const;
+  // Whether the job waits for workers it has not started yet.
+  bool ElasticWaiting() const;
   void OnSignal(int signo);
   void ReapChildren();
   void OnStartDeadline();
@@ -137,6 +167,27 @@ class Launcher {
                           bool* success) const;
 
   const LaunchOptions options_;
+  // What Spawn() needs after the start (elastic newcomers).
+  int store_port_ = 0;
+  std::string secret_;
+  int secret_fd_ = -1;
+  std::vector<std::string> inherited_;
+  std::string torch_addr_;
+  int torch_port_ = 0;
+  // Elastic state.
+  int64_t generation_ = 0;
+  int64_t next_id_ = 0;
+  int resets_ = 0;
+  bool reform_ = false;
+  std::string reform_reason_;
+  bool finishing_ = false;
+  std::vector<HostSlots> discovered_;
+  std::vector<std::string> host_order_;
+  HostBook host_book_{options_.blacklist_cooldown};
+  absl::Time discovery_deadline_ = absl::InfiniteFuture();
+  absl::Time min_np_deadline_ = absl::InfiniteFuture();
+  std::string last_discovery_error_;
+  int dev_null_for_spawn_ = -1;
   const JobPlan plan_;
   std::unique_ptr<JobGuard> guard_;
   std::unique_ptr<SignalPipe> signals_;

@@ -4,11 +4,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "tools/kolorun/args.h"
+#include "tools/kolorun/elastic.h"
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/launcher.h"
 
@@ -31,6 +35,47 @@ int UsageError(const absl::Status& status) {
   return 2;
 }
 
+// Elastic mode with a discovery script: the first hosts are what it prints
+// once it offers --min-np slots (polled every --discovery-interval, up to
+// --elastic-timeout); the job starts with min(-np, slots, --max-np).
+absl::Status DiscoverFirstHosts(kolo::kolorun::LaunchOptions* options) {
+  const absl::Time deadline = absl::Now() + options->elastic_timeout;
+  for (bool said = false;; said = true) {
+    absl::StatusOr<std::string> output = kolo::kolorun::RunDiscoveryScript(
+        options->host_discovery_script, absl::Seconds(10));
+    if (!output.ok()) return output.status();
+    absl::StatusOr<std::vector<kolo::kolorun::HostSlots>> hosts =
+        kolo::kolorun::ParseDiscoveryOutput(*output, options->slots_per_host);
+    if (!hosts.ok()) return hosts.status();
+    int slots = 0;
+    for (const auto& host : *hosts) slots += host.slots;
+    if (slots >= options->min_np) {
+      options->hosts.clear();
+      for (const auto& host : *hosts) {
+        if (host.slots > 0) options->hosts.push_back(host);
+      }
+      options->num_proc =
+          std::min({options->num_proc, slots, options->max_np});
+      return absl::OkStatus();
+    }
+    if (absl::Now() >= deadline) {
+      return absl::UnavailableError(absl::StrCat(
+          "the discovery script offers ", slots, " slot",
+          slots == 1 ? "" : "s", ", fewer than --min-np ", options->min_np,
+          ", and no more within ",
+          kolo::kolorun::FormatSeconds(options->elastic_timeout),
+          " s (--elastic-timeout)"));
+    }
+    if (!said) {
+      std::fprintf(stderr,
+                   "kolorun: the discovery script offers %d slots, fewer "
+                   "than --min-np %d; waiting for more\n",
+                   slots, options->min_np);
+    }
+    absl::SleepFor(options->discovery_interval);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,6 +92,12 @@ int main(int argc, char** argv) {
   // and the hosts is found before anything starts.
   if (absl::Status s = kolo::kolorun::LoadFiles(&*options); !s.ok()) {
     return UsageError(s);
+  }
+  if (!options->host_discovery_script.empty()) {
+    if (absl::Status s = DiscoverFirstHosts(&*options); !s.ok()) {
+      std::fprintf(stderr, "kolorun: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
   }
   absl::StatusOr<kolo::kolorun::JobPlan> plan =
       kolo::kolorun::PlanJob(*options);

@@ -51,6 +51,10 @@ LineForwarder::LineForwarder(int rank, int source_fd, int target_fd,
   if (flags >= 0) fcntl(source_fd_, F_SETFL, flags | O_NONBLOCK);
 }
 
+void LineForwarder::set_rank(int rank) {
+  if (options_.tag) prefix_ = absl::StrCat("[", rank, "] ");
+}
+
 LineForwarder::~LineForwarder() { Close(); }
 
 void LineForwarder::EmitLine(absl::string_view line, std::string* out) {

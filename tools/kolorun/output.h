@@ -94,6 +94,10 @@ class LineForwarder {
   // Flush() and close the source.
   void Close();
 
+  // Tags later lines with `rank` (an elastic worker's rank changes with
+  // each generation).
+  void set_rank(int rank);
+
   // The last lines that were not shown (options.visible false), oldest
   // first, without prefix or timestamp.
   std::vector<std::string> HiddenTail() const {
@@ -114,7 +118,7 @@ class LineForwarder {
   // Writes `out` to the target and log_ to the log file.
   void Write(std::string* out);
 
-  const std::string prefix_;
+  std::string prefix_;
   int source_fd_;
   const int target_fd_;
   const ForwardOptions options_;

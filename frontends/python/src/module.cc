@@ -22,6 +22,7 @@
 #include "kolo/runtime.h"
 #include "runtime/backend.h"
 #include "kolo/torch/context.h"
+#include "kolo/torch/elastic.h"
 #include "kolo/torch/gradient_reducer.h"
 #include "frontends/python/src/process_group.h"
 
@@ -159,6 +160,19 @@ PYBIND11_MODULE(_C, m) {
       py::call_guard<py::gil_scoped_release>());
   m.def("shutdown", [] { shutdown(); },
         py::call_guard<py::gil_scoped_release>());
+  // Elastic jobs (kolo/torch/elastic.py over kolo::torch::elastic).
+  m.def("elastic_enabled", &elastic::enabled);
+  m.def("elastic_generation", &elastic::generation);
+  m.def("elastic_hosts_updated", &elastic::hosts_updated,
+        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "elastic_reset",
+      [] {
+        return elastic::reset([](kolo::Options* options) {
+          options->join_average_over_set_size = true;
+        });
+      },
+      py::call_guard<py::gil_scoped_release>());
   m.def("is_initialized", &is_initialized);
   m.def("rank", [] { return rank(); });
   m.def("size", [] { return size(); });
@@ -330,6 +344,8 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("after_step", &GradientReducer::AfterStep)
       .def("before_zero_grad", &GradientReducer::BeforeZeroGrad)
+      .def("reset", &GradientReducer::reset,
+           py::call_guard<py::gil_scoped_release>())
       .def("names", &GradientReducer::names);
 
   // The torch.distributed backend (kolo/torch/distributed.py registers it):

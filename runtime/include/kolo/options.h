@@ -94,6 +94,20 @@ struct Options {
   // --- Data paths. ---
   bool shm = true;                    // KOLO_SHM
   bool hierarchical_allreduce = false;  // KOLO_HIERARCHICAL_ALLREDUCE
+
+  // --- Elastic jobs (docs/elastic.md; kolorun sets both). ---
+  // The generation this Runtime joins (KOLO_ELASTIC_GENERATION). A
+  // generation g > 0 rendezvous under its own store keys ("kolo/g<g>/...")
+  // and authenticates its control channel with a key derived from the
+  // secret and g (Note [Generations] in runtime_impl.cc), so that a worker
+  // of another generation can neither join it nor pass for one of its ranks.
+  int64_t generation = 0;
+  // This worker's id in an elastic job (KOLO_ELASTIC_ID), stable across
+  // generations; -1: not an elastic job.
+  int64_t elastic_id = -1;
+  // How long a worker waits for the launcher's next generation
+  // (KOLO_ELASTIC_TIMEOUT, from kolorun's --elastic-timeout plus slack).
+  absl::Duration elastic_timeout = absl::Seconds(660);
 };
 
 }  // namespace kolo

@@ -197,6 +197,11 @@ class Runtime {
 
   RuntimeStats stats() const;
 
+  // OK while the job runs; after a fatal error (a lost rank, an op timeout,
+  // a failed collective) that error, with its payloads (LostRank() in
+  // kolo/work.h), as every later request fails with it too.
+  absl::Status status() const;
+
   // Completes all submitted work (waiting up to `timeout`), then leaves the
   // job together with the other ranks. Work still pending when the timeout
   // passes fails with Aborted. Later calls return FailedPrecondition.

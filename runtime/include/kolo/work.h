@@ -30,6 +30,13 @@ class WorkState;
 inline constexpr char kWaitTimeoutPayload[] = "type.kolo.dev/WaitTimeout";
 bool IsWaitTimeout(const absl::Status& status);
 
+// The rank whose loss `status` reports (Unavailable "rank 2 lost: ...",
+// "lost coordinator (rank 0): ..."), from the payload kLostRankPayload; -1
+// for any other status. Elastic jobs (kolo/elastic.h) pass it on to the
+// launcher, which removes that worker.
+inline constexpr char kLostRankPayload[] = "type.kolo.dev/LostRank";
+int LostRank(const absl::Status& status);
+
 class Work {
  public:
   Work() = default;  // An already-failed handle (FailedPrecondition).

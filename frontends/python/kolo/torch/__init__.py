@@ -37,5 +37,8 @@ from kolo.torch.mpi_ops import (
 from kolo.torch.optimizer import DistributedOptimizer
 from kolo.torch.sync_batch_norm import SyncBatchNorm
 
+# hvd.elastic.run, TorchState, ElasticSampler (docs/elastic.md).
+from kolo.torch import elastic  # noqa: E402,F401
+
 # Registers the torch.distributed backend "kolo" (docs/torch_distributed.md).
 from kolo.torch import distributed  # noqa: E402,F401

@@ -187,6 +187,17 @@ def shutdown():
         _process_sets.pop(ps_id).process_set_id = None
 
 
+def _after_reset():
+    """After an elastic reset (kolo.torch.elastic): the global set has the
+    new generation's ranks; other process sets belonged to the old one;
+    unnamed collectives are counted afresh, as the newcomers count them."""
+    _unnamed.clear()
+    for ps_id in [i for i in _process_sets if i != 0]:
+        _process_sets.pop(ps_id).process_set_id = None
+    if _C.is_initialized():
+        global_process_set.ranks = list(range(_C.size()))
+
+
 def is_initialized():
     return _C.is_initialized()
 

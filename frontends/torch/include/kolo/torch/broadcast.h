@@ -52,6 +52,14 @@ void broadcast_optimizer_state(
     DistributedOptimizer& optimizer, int root = 0,
     const std::shared_ptr<Context>& context = nullptr);
 
+// An optimizer's state and param-group options as bytes, and back (what
+// broadcast_optimizer_state sends; elastic::TorchState keeps its commits
+// so). load_optimizer_state throws Error for bytes of an optimizer with
+// other param groups.
+std::string serialize_optimizer_state(::torch::optim::Optimizer& optimizer);
+void load_optimizer_state(const std::string& bytes,
+                          ::torch::optim::Optimizer& optimizer);
+
 // Root's bytes on every rank.
 std::string broadcast_bytes(const std::string& bytes, int root = 0,
                             const std::shared_ptr<Context>& context = nullptr);

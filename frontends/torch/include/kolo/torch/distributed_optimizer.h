@@ -81,6 +81,9 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
   // itself; that step() throws Error if allreduces are still pending.
   void skip_synchronize();
 
+  // After an elastic reset: GradientReducer::reset().
+  void reset();
+
   // synchronize() unless done since the last backward pass (or skipped),
   // then the wrapped optimizer's step() (with `closure`, if given).
   at::Tensor step(LossClosure closure = nullptr) override;

@@ -119,6 +119,11 @@ class GradientReducer {
   // Before the optimizer zeroes the gradients: throws Error while
   // allreduces are in flight (they write into the gradients).
   void BeforeZeroGrad();
+  // After an elastic reset (kolo::torch::elastic): waits for the
+  // allreduces still in flight on the old context (failed or aborted by
+  // now), forgets them, the kept error and the passes counted, and uses
+  // the new default context (or options.context()).
+  void reset();
 
   const DistributedOptimizerOptions& options() const { return options_; }
   // The gradient names, in order ("grad/fc1.weight", ...).

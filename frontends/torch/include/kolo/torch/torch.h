@@ -10,6 +10,7 @@
 #include "kolo/torch/broadcast.h"
 #include "kolo/torch/context.h"
 #include "kolo/torch/distributed_optimizer.h"
+#include "kolo/torch/elastic.h"
 #include "kolo/torch/gradient_reducer.h"
 
 #endif  // KOLO_TORCH_TORCH_H_

@@ -1,0 +1,257 @@
+#include "kolo/torch/elastic.h"
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "kolo/elastic.h"
+#include "kolo/runtime.h"
+#include "kolo/torch/broadcast.h"
+#include "kolo/torch/distributed_optimizer.h"
+
+namespace kolo {
+namespace torch {
+namespace elastic {
+namespace {
+
+struct Module {
+  std::mutex mu;
+  std::unique_ptr<kolo::elastic::Membership> membership;  // guarded by mu
+  int64_t checks = 0;  // hosts_updated() calls in this generation
+};
+
+Module& State_() {
+  static auto* module = new Module;
+  return *module;
+}
+
+// The process's membership, connected on first use from the environment
+// of the generation it started in.
+kolo::elastic::Membership& GetMembership() {
+  Module& m = State_();
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (!m.membership) {
+    absl::StatusOr<kolo::Options> options =
+        kolo::Runtime::OptionsFromEnvironment();
+    if (!options.ok()) throw Error(options.status());
+    absl::StatusOr<std::unique_ptr<kolo::elastic::Membership>> membership =
+        kolo::elastic::Membership::Connect(*options);
+    if (!membership.ok()) throw Error(membership.status());
+    m.membership = *std::move(membership);
+  }
+  return *m.membership;
+}
+
+std::string FormatValues(const std::map<std::string, int64_t>& values) {
+  std::string out;
+  for (const auto& [name, value] : values) {
+    absl::StrAppend(&out, name, "=", value, "\n");
+  }
+  return out;
+}
+
+std::map<std::string, int64_t> ParseValues(const std::string& text) {
+  std::map<std::string, int64_t> values;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const size_t eq = line.rfind('=');
+    int64_t value = 0;
+    if (eq == absl::string_view::npos ||
+        !absl::SimpleAtoi(line.substr(eq + 1), &value)) {
+      throw Error(absl::StatusCode::kInternal,
+                  absl::StrCat("elastic state: malformed value \"", line, "\""));
+    }
+    values[std::string(line.substr(0, eq))] = value;
+  }
+  return values;
+}
+
+}  // namespace
+
+bool enabled() {
+  const char* id = std::getenv("KOLO_ELASTIC_ID");
+  return id != nullptr && *id != '\0';
+}
+
+int64_t generation() {
+  if (!enabled()) return 0;
+  return GetMembership().generation();
+}
+
+bool hosts_updated() {
+  if (!enabled()) return false;
+  kolo::elastic::Membership& membership = GetMembership();
+  absl::StatusOr<bool> requested = membership.ReformRequested();
+  if (!requested.ok()) throw Error(requested.status());
+  const int64_t n = State_().checks++;
+  at::Tensor flag = at::full({1}, *requested ? 1 : 0, at::kInt);
+  at::Tensor agreed = allreduce(
+      flag, AllreduceOptions()
+                .op(ReduceOp::kMax)
+                .name(absl::StrCat("kolo.elastic.hosts_updated.", n)));
+  return agreed.item<int>() != 0;
+}
+
+bool reset(const std::function<void(kolo::Options*)>& adjust) {
+  kolo::elastic::Membership& membership = GetMembership();
+  absl::Status why;
+  if (is_initialized()) {
+    std::shared_ptr<Context> context = default_context();
+    why = context->runtime().status();
+    // After a failure the others are gone or failing too: nothing to wait
+    // for. Otherwise every rank is here (they agreed to re-form).
+    if (!why.ok()) context->runtime().Abort();
+    context.reset();
+    try {
+      shutdown();
+    } catch (const Error& e) {
+      if (why.ok()) why = absl::Status(e.code(), e.what());
+    }
+  }
+  for (;;) {
+    absl::StatusOr<kolo::elastic::Assignment> next = membership.Next(why);
+    if (!next.ok()) throw Error(next.status());
+    State_().checks = 0;
+    if (!next->member) return false;
+    kolo::Options options = membership.options();
+    if (adjust) adjust(&options);
+    try {
+      init(options);
+      return true;
+    } catch (const Error& e) {
+      // The generation could not form (a member died while it did):
+      // leave it too and wait for the one after.
+      why = absl::Status(e.code(), e.what());
+    }
+  }
+}
+
+void State::commit() {
+  save();
+  ++commits_;
+  check_host_updates();
+}
+
+void State::check_host_updates() {
+  if (hosts_updated()) throw HostsUpdatedInterrupt();
+}
+
+void State::sync() {
+  if (size() == 1) return;
+  // Who holds the newest state is agreed, never assumed: every rank's
+  // commit count, gathered.
+  at::Tensor mine = at::full({1}, commits_, at::kLong);
+  at::Tensor all =
+      allgather(mine, AllgatherOptions().name("kolo.elastic.sync.commits"));
+  int root = 0;
+  int64_t best = -1;
+  for (int r = 0; r < all.size(0); ++r) {
+    const int64_t c = all[r].item<int64_t>();
+    if (c > best) {
+      best = c;
+      root = r;
+    }
+  }
+  broadcast(root);
+  commits_ = best;
+  // The state every rank holds now is the one to go back to.
+  save();
+}
+
+void State::register_reset_callbacks(
+    std::vector<std::function<void()>> callbacks) {
+  for (auto& callback : callbacks) reset_callbacks_.push_back(std::move(callback));
+}
+
+void State::on_reset() {
+  for (const auto& callback : reset_callbacks_) callback();
+}
+
+TorchState::TorchState(::torch::nn::Module& model,
+                       ::torch::optim::Optimizer& optimizer,
+                       std::map<std::string, int64_t> values)
+    : model_(model), optimizer_(optimizer), values_(std::move(values)) {
+  save();
+  // A DistributedOptimizer's allreduces run on the default context, which
+  // every reset replaces.
+  if (auto* distributed = dynamic_cast<DistributedOptimizer*>(&optimizer_)) {
+    register_reset_callbacks({[distributed] { distributed->reset(); }});
+  }
+}
+
+int64_t TorchState::value(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) {
+    throw Error(absl::StatusCode::kNotFound,
+                absl::StrCat("elastic state has no value \"", name, "\""));
+  }
+  return it->second;
+}
+
+void TorchState::set(const std::string& name, int64_t value) {
+  values_[name] = value;
+}
+
+void TorchState::save() {
+  ::torch::NoGradGuard no_grad;
+  saved_tensors_.clear();
+  for (const at::Tensor& p : model_.parameters(/*recurse=*/true)) {
+    saved_tensors_.push_back(p.detach().clone());
+  }
+  for (const at::Tensor& b : model_.buffers(/*recurse=*/true)) {
+    saved_tensors_.push_back(b.detach().clone());
+  }
+  saved_optimizer_ = serialize_optimizer_state(optimizer_);
+  saved_values_ = values_;
+}
+
+void TorchState::restore() {
+  ::torch::NoGradGuard no_grad;
+  size_t i = 0;
+  for (const at::Tensor& p : model_.parameters(/*recurse=*/true)) {
+    p.copy_(saved_tensors_.at(i++));
+  }
+  for (const at::Tensor& b : model_.buffers(/*recurse=*/true)) {
+    b.copy_(saved_tensors_.at(i++));
+  }
+  load_optimizer_state(saved_optimizer_, optimizer_);
+  values_ = saved_values_;
+}
+
+void TorchState::broadcast(int root) {
+  broadcast_parameters(model_, root);
+  broadcast_optimizer_state(optimizer_, root);
+  values_ = ParseValues(broadcast_bytes(FormatValues(values_), root));
+}
+
+bool run(State& state, const std::function<void()>& train) {
+  if (!enabled()) {
+    train();
+    return true;
+  }
+  bool reset_needed = false;
+  for (;;) {
+    if (reset_needed) {
+      if (!reset()) return false;
+      state.on_reset();
+    }
+    try {
+      state.sync();
+      train();
+      return true;
+    } catch (const HostsUpdatedInterrupt&) {
+      reset_needed = true;
+    } catch (const Error&) {
+      // A lost rank (or another failure of the job): back to the last
+      // commit, which every survivor holds.
+      state.restore();
+      reset_needed = true;
+    }
+  }
+}
+
+}  // namespace elastic
+}  // namespace torch
+}  // namespace kolo
