@@ -107,12 +107,14 @@ rm -f "$mh_log"
 # The Python frontend (kolo.torch) and the torch.distributed backend: their
 # pytest sessions in every rank of a kolorun job at 2 and 3 ranks (a test
 # passes when it passed on every rank), then the launch tests (kolorun,
-# mpirun, torchrun, the wheel in a venv, a killed rank under DDP).
+# mpirun, torchrun, the wheel in a venv, a killed rank under DDP, elastic
+# jobs in Python and C++).
 echo "=== Python frontend: kolo.torch and the torch.distributed backend under kolorun (np 2, 3) and launch tests ==="
 py_out=$(mktemp -d)
 py_log=$(mktemp)
 bazel build //frontends/python:site //tools/kolorun:kolorun \
-  //tools/kolorun:kolo_rank_guard >/dev/null 2>&1
+  //tools/kolorun:kolo_rank_guard //tests/frontends/torch:elastic_train \
+  >/dev/null 2>&1
 for np in 2 3; do
   tests/frontends/python/run_ranks.sh "$np" "$py_out" 2>&1 | tee -a "$py_log"
   SUITE=distributed tests/frontends/python/run_ranks.sh "$np" \

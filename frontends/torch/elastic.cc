@@ -173,12 +173,18 @@ TorchState::TorchState(::torch::nn::Module& model,
                        ::torch::optim::Optimizer& optimizer,
                        std::map<std::string, int64_t> values)
     : model_(model), optimizer_(optimizer), values_(std::move(values)) {
-  save();
   // A DistributedOptimizer's allreduces run on the default context, which
-  // every reset replaces.
-  if (auto* distributed = dynamic_cast<DistributedOptimizer*>(&optimizer_)) {
+  // every reset replaces; its state lives in the optimizer it wraps.
+  distributed_ = dynamic_cast<DistributedOptimizer*>(&optimizer_);
+  if (distributed_) {
+    DistributedOptimizer* distributed = distributed_;
     register_reset_callbacks({[distributed] { distributed->reset(); }});
   }
+  save();
+}
+
+::torch::optim::Optimizer& TorchState::StateOptimizer() {
+  return distributed_ ? distributed_->optimizer() : optimizer_;
 }
 
 int64_t TorchState::value(const std::string& name) const {
@@ -203,7 +209,7 @@ void TorchState::save() {
   for (const at::Tensor& b : model_.buffers(/*recurse=*/true)) {
     saved_tensors_.push_back(b.detach().clone());
   }
-  saved_optimizer_ = serialize_optimizer_state(optimizer_);
+  saved_optimizer_ = serialize_optimizer_state(StateOptimizer());
   saved_values_ = values_;
 }
 
@@ -216,13 +222,17 @@ void TorchState::restore() {
   for (const at::Tensor& b : model_.buffers(/*recurse=*/true)) {
     b.copy_(saved_tensors_.at(i++));
   }
-  load_optimizer_state(saved_optimizer_, optimizer_);
+  load_optimizer_state(saved_optimizer_, StateOptimizer());
   values_ = saved_values_;
 }
 
 void TorchState::broadcast(int root) {
   broadcast_parameters(model_, root);
-  broadcast_optimizer_state(optimizer_, root);
+  if (distributed_) {
+    broadcast_optimizer_state(*distributed_, root);
+  } else {
+    broadcast_optimizer_state(optimizer_, root);
+  }
   values_ = ParseValues(broadcast_bytes(FormatValues(values_), root));
 }
 

@@ -160,3 +160,61 @@ def test_elastic_flags_are_checked():
              "--host-discovery-script", "/bin/true", "true"], env=env())
     assert r.returncode == 2
     assert "drop -H" in r.stderr
+
+
+CPP_TRAIN = os.path.join(REPO, "bazel-bin", "tests", "frontends", "torch",
+                         "elastic_train")
+
+
+def test_the_cpp_api_survives_a_killed_worker():
+    e = env(KILL_RANK="1", KILL_STEP="4", KOLO_OP_TIMEOUT="6")
+    r = run([KOLORUN, "-np", "3", "--min-np", "2", CPP_TRAIN], env=e,
+            timeout=240)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    finals = _finals(r.stdout)
+    assert sorted(f[1] for f in finals) == [0, 1], out
+    assert {(f[2], f[3]) for f in finals} == {(2, 1)}, out
+    assert len({f[4] for f in finals}) == 1, out
+    assert float(re.search(r"REPLAY (\S+)", r.stdout).group(1)) < 1e-9, out
+    assert "rank 1 (pid" in r.stderr and "generation 1: 2 workers" in r.stderr
+
+
+TORCHRUN_WORKER = """
+import os
+import torch
+import kolo.torch as hvd
+
+restart = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+hvd.init()
+x = hvd.allreduce(torch.ones(3) * (hvd.rank() + 1), op=hvd.Sum, name="x")
+if restart == 0 and hvd.rank() == 1:
+    os._exit(1)  # fails the worker group: torchrun restarts it
+y = hvd.allreduce(x, op=hvd.Sum, name="y")
+print("RESULT restart %d rank %d of %d: %s" % (restart, hvd.rank(),
+                                                hvd.size(), y.tolist()),
+      flush=True)
+hvd.shutdown()
+"""
+
+
+def test_a_restarted_torchrun_worker_group_reinitialises_kolo(script):
+    from test_launch import _free_port
+    path = script(TORCHRUN_WORKER)
+    r = run([PYTHON, "-m", "torch.distributed.run", "--nnodes", "1:2",
+             "--nproc_per_node", "2", "--max_restarts", "1",
+             "--rdzv_backend", "c10d",
+             "--rdzv_endpoint", "127.0.0.1:%d" % _free_port(),
+             "--rdzv_conf", "last_call_timeout=1",
+             "--redirects", "1", "--tee", "1", "--log_dir",
+             os.path.join(os.path.dirname(path), "logs"), path],
+            env=env(KOLO_SECRET="torchrun-test-secret-0123456789",
+                    KOLO_RENDEZVOUS_PORT=str(_free_port())),
+            timeout=240)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    # The second attempt: new processes, kolo joined afresh on both.
+    for rank in (0, 1):
+        assert "RESULT restart 1 rank %d of 2: [6.0, 6.0, 6.0]" % rank in \
+            r.stdout, out
+    assert "RESULT restart 0" not in r.stdout, out

@@ -35,6 +35,7 @@
 
 #include "kolo/options.h"
 #include "kolo/torch/context.h"
+#include "kolo/torch/distributed_optimizer.h"
 
 namespace kolo {
 namespace torch {
@@ -111,8 +112,12 @@ class TorchState : public State {
   void broadcast(int root) override;
 
  private:
+  // The optimizer whose state is kept: a DistributedOptimizer's wrapped one.
+  ::torch::optim::Optimizer& StateOptimizer();
+
   ::torch::nn::Module& model_;
   ::torch::optim::Optimizer& optimizer_;
+  DistributedOptimizer* distributed_ = nullptr;
   std::map<std::string, int64_t> values_;
   // The last commit.
   std::vector<at::Tensor> saved_tensors_;
