@@ -64,7 +64,8 @@ class Suite:
         for key, path in (("kolorun", "tools/kolorun/kolorun"),
                           ("guard", "tools/kolorun/kolo_rank_guard"),
                           ("demo", "tools/examples/allreduce_demo"),
-                          ("worker", "tests/multihost/multihost_worker")):
+                          ("worker", "tests/multihost/multihost_worker"),
+                          ("elastic", "tests/frontends/torch/elastic_train")):
             self.bin[key] = os.path.join(bin_dir, os.path.basename(path))
             shutil.copy2(os.path.join(self.repo, "bazel-bin", path),
                          self.bin[key])
@@ -382,6 +383,57 @@ class Suite:
         check(rc == 1, f"kolorun exited {rc}\n{job.stderr()}")
         want = f"kolorun: rank 3 on hostB (pid {victim}) was killed by signal SIGKILL"
         check(want in job.stderr(), f"expected \"{want}\" in:\n{job.stderr()}")
+        self.expect_clean([a, b], [os.path.join(work, "remote-tmp")])
+
+    def test_elastic_host_added_and_removed(self):
+        """Elastic mode across hosts: while 2 workers train on hostA, the
+        discovery script adds hostB with one slot: kolorun starts a worker
+        there over ssh and it trains in the next generation (it got the
+        state by broadcast); then the script drops hostB: its worker leaves
+        with status 0 and the job finishes on hostA."""
+        a, b = self.ssh_hosts()
+        work = self.fresh_dir("elastic")
+        os.makedirs(os.path.join(work, "remote-tmp"))
+        hosts = os.path.join(work, "hosts.txt")
+        with open(hosts, "w") as f:
+            f.write("hostA:2\n")
+        script = os.path.join(work, "discover.sh")
+        with open(script, "w") as f:
+            f.write(f"#!/bin/sh\ncat {hosts}\n")
+        os.chmod(script, 0o755)
+        env = self.base_env(work)
+        env["STEPS"] = "80"
+        env["STEP_DELAY_MS"] = "100"
+        job = self.kolorun(a, [
+            "-np", "2", "--min-np", "1", "--max-np", "3",
+            "--host-discovery-script", script, "--discovery-interval", "0.2",
+            "--ssh-config", self.cluster.ssh_config,
+            "--network-interface", IFACE, "-x", f"TMPDIR={work}/remote-tmp",
+            "-x", "STEPS", "-x", "STEP_DELAY_MS", self.bin["elastic"]], env)
+        try:
+            job.wait_for(lambda out: any("STEP 3 size 2" in l for l in out),
+                         "2 workers training on hostA")
+            with open(hosts, "w") as f:
+                f.write("hostA:2\nhostB:1\n")
+            job.wait_for(lambda out: any(re.search(r"STEP \d+ size 3", l)
+                                         for l in out),
+                         "3 workers training, one on hostB")
+            with open(hosts, "w") as f:
+                f.write("hostA:2\n")
+            rc = job.wait()
+        finally:
+            job.kill()
+        out, err = job.stdout(), job.stderr()
+        check(rc == 0, f"kolorun exited {rc}\n{out}\n{err}")
+        check("generation 1: 3 workers (1 new)" in err, err)
+        check(re.search(r"generation 2: 2 workers, after: hosts changed: "
+                        r"rank 2 on hostB \(pid \d+\) leaves \(host hostB "
+                        r"removed\)", err), err)
+        finals = re.findall(r"FINAL pid \d+ rank (\d) of (\d) gen (\d)", out)
+        check(sorted(finals) == [("0", "2", "2"), ("1", "2", "2")],
+              f"final lines: {finals}\n{out}")
+        replay = re.search(r"REPLAY (\S+)", out)
+        check(replay and float(replay.group(1)) < 1e-9, out)
         self.expect_clean([a, b], [os.path.join(work, "remote-tmp")])
 
     def test_ssh_launcher_killed(self):

@@ -202,6 +202,12 @@ absl::StatusOr<JobPlan> PlanJob(const LaunchOptions& options) {
     plan.store_addr_reason =
         absl::StrCat("the local address that routes to ", remote->host);
   }
+  if (remote == plan.ranks.end() && options.elastic &&
+      !options.host_discovery_script.empty()) {
+    // Hosts the discovery script adds later may be remote.
+    plan.guard_path = GuardPathNextToSelf();
+    if (access(plan.guard_path.c_str(), X_OK) != 0) plan.guard_path.clear();
+  }
   if (remote != plan.ranks.end()) {
     plan.guard_path = GuardPathNextToSelf();
     if (access(plan.guard_path.c_str(), X_OK) != 0) {

@@ -233,7 +233,7 @@ bool Launcher::Spawn(const RankEndpoint& endpoint, const std::string& secret,
   const RankPlacement& placement = endpoint.placement;
   const int rank = placement.rank;
   const std::string where =
-      plan_.multi_host ? absl::StrCat(" on ", placement.host) : "";
+      MultiHost() ? absl::StrCat(" on ", placement.host) : "";
   Worker worker;
   worker.placement = placement;
   if (!options_.output_dir.empty()) {
@@ -491,7 +491,7 @@ void Launcher::OnSignal(int signo) {
 std::string Launcher::Name(const Worker& worker, pid_t pid) const {
   return absl::StrCat(
       "rank ", worker.placement.rank,
-      plan_.multi_host ? absl::StrCat(" on ", worker.placement.host) : "",
+      MultiHost() ? absl::StrCat(" on ", worker.placement.host) : "",
       pid > 0 ? absl::StrCat(" (pid ", pid, ")") : "");
 }
 
@@ -614,7 +614,7 @@ std::string Launcher::RankList(const std::vector<int>& ranks) const {
   for (int rank : ranks) {
     const RankPlacement& p = plan_.ranks[rank];
     names.push_back(absl::StrCat(
-        rank, plan_.multi_host ? absl::StrCat(" on ", p.host) : ""));
+        rank, MultiHost() ? absl::StrCat(" on ", p.host) : ""));
   }
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks [",
                       absl::StrJoin(names, ", "), ranks.size() == 1 ? "" : "]");
@@ -1193,12 +1193,24 @@ void Launcher::TryForm() {
     endpoint.world_size = count;
     endpoint.elastic_id = id;
     endpoint.generation = generation;
+    if (endpoint.placement.remote &&
+        absl::StartsWith(plan_.store_addr, "127.")) {
+      Fail(absl::StrCat("kolorun: cannot start a worker on ", host,
+                        ": kolorun's store listens on ", plan_.store_addr,
+                        ", which ", host, " cannot reach; start elastic jobs "
+                        "whose discovery script may add other hosts with "
+                        "--network-interface NAME"),
+           1);
+      return;
+    }
     if (endpoint.placement.remote && plan_.guard_path.empty()) {
       Fail(absl::StrCat("kolorun: cannot start a worker on ", host,
                         ": kolo_rank_guard was not found next to kolorun"),
            1);
       return;
     }
+    // Messages name hosts from now on.
+    if (endpoint.placement.remote) grew_beyond_host_ = true;
     if (!Spawn(endpoint, secret_, inherited_, dev_null_for_spawn_)) return;
     workers_.back().elastic_id = id;
     workers_.back().generation = generation;

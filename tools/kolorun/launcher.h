@@ -159,6 +159,9 @@ class Launcher {
   bool AnyProcessGroupAlive() const;
   absl::Time NextDeadline() const;
   void Log(const std::string& message) const;
+  // Whether messages name hosts: the job runs (or, in elastic mode, ran)
+  // on more than this machine.
+  bool MultiHost() const { return plan_.multi_host || grew_beyond_host_; }
   // "rank 2 on hostB (pid 123)" / "rank 2 (pid 123)" for one-host jobs.
   std::string Name(const Worker& worker, pid_t pid) const;
   // How `worker` ended, given ssh's or the local worker's wait status;
@@ -187,6 +190,7 @@ class Launcher {
   absl::Time discovery_deadline_ = absl::InfiniteFuture();
   absl::Time min_np_deadline_ = absl::InfiniteFuture();
   std::string last_discovery_error_;
+  bool grew_beyond_host_ = false;
   int dev_null_for_spawn_ = -1;
   const JobPlan plan_;
   std::unique_ptr<JobGuard> guard_;

@@ -2,7 +2,9 @@
 // test_elastic.py::test_the_cpp_api_survives_a_killed_worker: a linear
 // model on a fixed dataset, one commit per step, under kolorun's elastic
 // mode. The worker started as rank KILL_RANK SIGKILLs itself at step
-// KILL_STEP of generation 0. Every worker prints "FINAL pid <pid> rank <r>
+// KILL_STEP of generation 0; STEPS (default 10) steps, STEP_DELAY_MS
+// between them (for the multi-host test, which adds and removes a host
+// meanwhile); rank 0 prints "STEP <s> size <n>". Every worker prints "FINAL pid <pid> rank <r>
 // of <n> gen <g> params <values>"; rank 0 also "REPLAY <max abs
 // difference>" against a replay of the committed steps in one process.
 #include <signal.h>
@@ -20,7 +22,6 @@ namespace {
 
 constexpr int64_t kSamples = 96;
 constexpr int64_t kBatch = 4;
-constexpr int64_t kSteps = 10;
 
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -61,6 +62,8 @@ int main() {
   const int first_rank = EnvInt("KOLO_RANK", 0);
   const int kill_rank = EnvInt("KILL_RANK", -1);
   const int kill_step = EnvInt("KILL_STEP", -1);
+  const int64_t steps = EnvInt("STEPS", 10);
+  const int step_delay_ms = EnvInt("STEP_DELAY_MS", 0);
   torch::manual_seed(1234);
   const auto x = torch::randn({kSamples, 6}, torch::kDouble);
   const auto y = torch::randn({kSamples, 1}, torch::kDouble);
@@ -74,7 +77,13 @@ int main() {
   const bool started_in_generation_0 = kolo::torch::elastic::generation() == 0;
 
   const bool member = kolo::torch::elastic::run(state, [&] {
-    for (int64_t step = state.value("step"); step < kSteps; ++step) {
+    for (int64_t step = state.value("step"); step < steps; ++step) {
+      if (step_delay_ms > 0) usleep(step_delay_ms * 1000);
+      if (kolo::torch::rank() == 0) {
+        std::printf("STEP %lld size %d\n", static_cast<long long>(step),
+                    kolo::torch::size());
+        std::fflush(stdout);
+      }
       if (started_in_generation_0 && kolo::torch::elastic::generation() == 0 &&
           first_rank == kill_rank && step == kill_step) {
         kill(getpid(), SIGKILL);
@@ -99,7 +108,7 @@ int main() {
   if (kolo::torch::rank() == 0) {
     torch::nn::Linear ref = MakeModel();
     torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05));
-    for (int64_t step = 0; step < kSteps; ++step) {
+    for (int64_t step = 0; step < steps; ++step) {
       const int size = static_cast<int>(state.value("size." + std::to_string(step)));
       std::vector<std::vector<torch::Tensor>> grads;
       for (int r = 0; r < size; ++r) {
