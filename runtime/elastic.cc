@@ -122,8 +122,12 @@ absl::StatusOr<Assignment> Membership::Next(const absl::Status& why) {
                      FormatSeconds(options_.elastic_timeout), " s: ",
                      members.status().message()));
   }
+  // kolorun sets the newest generation's number right after its members.
+  absl::StatusOr<bool> numbered = store_->Check("elastic/generation");
   absl::StatusOr<std::string> newest =
-      store_->Get("elastic/generation", absl::Seconds(5));
+      numbered.ok() && *numbered
+          ? store_->Get("elastic/generation", absl::Seconds(5))
+          : absl::StatusOr<std::string>(absl::NotFoundError("unnumbered"));
   int64_t newest_number = next;
   if (newest.ok() && absl::SimpleAtoi(*newest, &newest_number) &&
       newest_number > next) {

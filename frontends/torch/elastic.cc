@@ -1,6 +1,8 @@
 #include "kolo/torch/elastic.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <random>
 #include <memory>
 #include <mutex>
 
@@ -128,7 +130,110 @@ bool reset(const std::function<void(kolo::Options*)>& adjust) {
   }
 }
 
+ElasticSampler::ElasticSampler(int64_t size, bool shuffle, uint64_t seed)
+    : size_(size), shuffle_(shuffle), seed_(seed),
+      processed_mask_(static_cast<size_t>(size), false) {
+  reset();
+}
+
+void ElasticSampler::set_epoch(int64_t epoch) {
+  epoch_ = epoch;
+  processed_.clear();
+  processed_mask_.assign(static_cast<size_t>(size_), false);
+  recorded_.clear();
+  reset();
+}
+
+std::vector<int64_t> ElasticSampler::batch(int64_t batch_idx,
+                                           int64_t batch_size) const {
+  const int64_t n = static_cast<int64_t>(indices_.size());
+  const int64_t begin = std::min(n, batch_idx * batch_size);
+  const int64_t end = std::min(n, begin + batch_size);
+  return std::vector<int64_t>(indices_.begin() + begin, indices_.begin() + end);
+}
+
+void ElasticSampler::record_batch(int64_t batch_idx, int64_t batch_size) {
+  record_indices(batch(batch_idx, batch_size));
+}
+
+void ElasticSampler::record_indices(const std::vector<int64_t>& indices) {
+  recorded_.insert(recorded_.end(), indices.begin(), indices.end());
+}
+
+void ElasticSampler::reset() {
+  const bool joined = is_initialized();
+  const int ranks = joined ? size() : 1;
+  const int me = joined ? rank() : 0;
+  std::vector<int64_t> order(static_cast<size_t>(size_));
+  for (int64_t i = 0; i < size_; ++i) order[i] = i;
+  if (shuffle_) {
+    std::mt19937_64 random(seed_ + static_cast<uint64_t>(epoch_));
+    // Fisher-Yates with our own draws: the same order on every rank and
+    // every standard library.
+    for (int64_t i = size_ - 1; i > 0; --i) {
+      const int64_t j = static_cast<int64_t>(random() % static_cast<uint64_t>(i + 1));
+      std::swap(order[i], order[j]);
+    }
+  }
+  std::vector<int64_t> left;
+  for (int64_t i : order) {
+    if (!processed_mask_[i]) left.push_back(i);
+  }
+  indices_.clear();
+  if (left.empty()) return;
+  const int64_t per_rank = (static_cast<int64_t>(left.size()) + ranks - 1) / ranks;
+  for (int64_t k = me; k < per_rank * ranks; k += ranks) {
+    indices_.push_back(left[k % left.size()]);
+  }
+}
+
+void ElasticSampler::share_recorded() {
+  at::Tensor mine = at::tensor(recorded_, at::kLong);
+  at::Tensor all = allgather(mine);
+  const int64_t* data = all.data_ptr<int64_t>();
+  for (int64_t i = 0; i < all.numel(); ++i) {
+    const int64_t index = data[i];
+    if (index < 0 || index >= size_ || processed_mask_[index]) continue;
+    processed_mask_[index] = true;
+    processed_.push_back(index);
+  }
+  recorded_.clear();
+}
+
+std::string ElasticSampler::state() const {
+  std::string out = absl::StrCat(epoch_);
+  for (int64_t i : processed_) absl::StrAppend(&out, " ", i);
+  return out;
+}
+
+void ElasticSampler::load_state(const std::string& bytes) {
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(bytes, ' ', absl::SkipEmpty());
+  int64_t epoch = 0;
+  if (fields.empty() || !absl::SimpleAtoi(fields[0], &epoch)) {
+    throw Error(absl::StatusCode::kInternal,
+                "ElasticSampler: malformed state");
+  }
+  epoch_ = epoch;
+  processed_.clear();
+  processed_mask_.assign(static_cast<size_t>(size_), false);
+  for (size_t k = 1; k < fields.size(); ++k) {
+    int64_t i = -1;
+    if (!absl::SimpleAtoi(fields[k], &i) || i < 0 || i >= size_) {
+      throw Error(absl::StatusCode::kInternal,
+                  "ElasticSampler: malformed state");
+    }
+    if (!processed_mask_[i]) {
+      processed_mask_[i] = true;
+      processed_.push_back(i);
+    }
+  }
+  recorded_.clear();
+  reset();
+}
+
 void State::commit() {
+  before_commit();
   save();
   ++commits_;
   check_host_updates();
@@ -139,9 +244,9 @@ void State::check_host_updates() {
 }
 
 void State::sync() {
-  if (size() == 1) return;
   // Who holds the newest state is agreed, never assumed: every rank's
-  // commit count, gathered.
+  // commit count, gathered. (Also in a job of one: the broadcast puts the
+  // state in the new generation's shape, e.g. re-partitions samplers.)
   at::Tensor mine = at::full({1}, commits_, at::kLong);
   at::Tensor all =
       allgather(mine, AllgatherOptions().name("kolo.elastic.sync.commits"));
@@ -200,6 +305,17 @@ void TorchState::set(const std::string& name, int64_t value) {
   values_[name] = value;
 }
 
+void TorchState::track(ElasticSampler& sampler) {
+  samplers_.push_back(&sampler);
+  saved_samplers_.push_back(sampler.state());
+}
+
+void TorchState::before_commit() {
+  // The samples every rank recorded since the last commit become
+  // everyone's: a rank lost later does not take them along.
+  for (ElasticSampler* sampler : samplers_) sampler->share_recorded();
+}
+
 void TorchState::save() {
   ::torch::NoGradGuard no_grad;
   saved_tensors_.clear();
@@ -211,6 +327,10 @@ void TorchState::save() {
   }
   saved_optimizer_ = serialize_optimizer_state(StateOptimizer());
   saved_values_ = values_;
+  saved_samplers_.clear();
+  for (ElasticSampler* sampler : samplers_) {
+    saved_samplers_.push_back(sampler->state());
+  }
 }
 
 void TorchState::restore() {
@@ -224,6 +344,9 @@ void TorchState::restore() {
   }
   load_optimizer_state(saved_optimizer_, StateOptimizer());
   values_ = saved_values_;
+  for (size_t i = 0; i < samplers_.size(); ++i) {
+    samplers_[i]->load_state(saved_samplers_.at(i));
+  }
 }
 
 void TorchState::broadcast(int root) {
@@ -234,6 +357,9 @@ void TorchState::broadcast(int root) {
     broadcast_optimizer_state(optimizer_, root);
   }
   values_ = ParseValues(broadcast_bytes(FormatValues(values_), root));
+  for (ElasticSampler* sampler : samplers_) {
+    sampler->load_state(broadcast_bytes(sampler->state(), root));
+  }
 }
 
 bool run(State& state, const std::function<void()>& train) {

@@ -402,14 +402,14 @@ class Suite:
             f.write(f"#!/bin/sh\ncat {hosts}\n")
         os.chmod(script, 0o755)
         env = self.base_env(work)
-        env["STEPS"] = "80"
+        env["SAMPLES"] = "640"
         env["STEP_DELAY_MS"] = "100"
         job = self.kolorun(a, [
             "-np", "2", "--min-np", "1", "--max-np", "3",
             "--host-discovery-script", script, "--discovery-interval", "0.2",
             "--ssh-config", self.cluster.ssh_config,
             "--network-interface", IFACE, "-x", f"TMPDIR={work}/remote-tmp",
-            "-x", "STEPS", "-x", "STEP_DELAY_MS", self.bin["elastic"]], env)
+            "-x", "SAMPLES", "-x", "STEP_DELAY_MS", self.bin["elastic"]], env)
         try:
             job.wait_for(lambda out: any("STEP 3 size 2" in l for l in out),
                          "2 workers training on hostA")

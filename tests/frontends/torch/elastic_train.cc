@@ -2,9 +2,11 @@
 // test_elastic.py::test_the_cpp_api_survives_a_killed_worker: a linear
 // model on a fixed dataset, one commit per step, under kolorun's elastic
 // mode. The worker started as rank KILL_RANK SIGKILLs itself at step
-// KILL_STEP of generation 0; STEPS (default 10) steps, STEP_DELAY_MS
-// between them (for the multi-host test, which adds and removes a host
-// meanwhile); rank 0 prints "STEP <s> size <n>". Every worker prints "FINAL pid <pid> rank <r>
+// KILL_STEP of generation 0. One epoch of SAMPLES (default 96) samples
+// through an ElasticSampler, batches of 4 per rank, STEP_DELAY_MS between
+// steps (for the multi-host test, which adds and removes a host
+// meanwhile); rank 0 prints "STEP <s> size <n>" and at the end "COVERAGE
+// <committed samples> <samples>". Every worker prints "FINAL pid <pid> rank <r>
 // of <n> gen <g> params <values>"; rank 0 also "REPLAY <max abs
 // difference>" against a replay of the committed steps in one process.
 #include <signal.h>
@@ -20,7 +22,7 @@
 
 namespace {
 
-constexpr int64_t kSamples = 96;
+const int64_t kSamples = std::getenv("SAMPLES") ? std::atoll(std::getenv("SAMPLES")) : 96;
 constexpr int64_t kBatch = 4;
 
 int EnvInt(const char* name, int fallback) {
@@ -33,12 +35,6 @@ torch::nn::Linear MakeModel() {
   torch::nn::Linear model(6, 1);
   model->to(torch::kDouble);
   return model;
-}
-
-// Rank r's batch at step s of a job of `size`.
-torch::Tensor BatchIndices(int64_t step, int rank, int size) {
-  return (torch::arange(kBatch, torch::kLong) + (step * size + rank) * kBatch)
-      .remainder(kSamples);
 }
 
 std::string Params(torch::nn::Linear& model) {
@@ -62,7 +58,6 @@ int main() {
   const int first_rank = EnvInt("KOLO_RANK", 0);
   const int kill_rank = EnvInt("KILL_RANK", -1);
   const int kill_step = EnvInt("KILL_STEP", -1);
-  const int64_t steps = EnvInt("STEPS", 10);
   const int step_delay_ms = EnvInt("STEP_DELAY_MS", 0);
   torch::manual_seed(1234);
   const auto x = torch::randn({kSamples, 6}, torch::kDouble);
@@ -76,8 +71,14 @@ int main() {
   kolo::torch::elastic::TorchState state(*model, optimizer, {{"step", 0}});
   const bool started_in_generation_0 = kolo::torch::elastic::generation() == 0;
 
+  // One epoch of the dataset through an ElasticSampler; each step's global
+  // batch is kept in the state for the replay ("b.<step>.<rank>.<i>").
+  kolo::torch::elastic::ElasticSampler sampler(kSamples, /*shuffle=*/true, 3);
+  state.track(sampler);
   const bool member = kolo::torch::elastic::run(state, [&] {
-    for (int64_t step = state.value("step"); step < steps; ++step) {
+    for (int64_t b = 0;
+         b * kBatch < static_cast<int64_t>(sampler.indices().size()); ++b) {
+      const int64_t step = state.value("step");
       if (step_delay_ms > 0) usleep(step_delay_ms * 1000);
       if (kolo::torch::rank() == 0) {
         std::printf("STEP %lld size %d\n", static_cast<long long>(step),
@@ -88,12 +89,19 @@ int main() {
           first_rank == kill_rank && step == kill_step) {
         kill(getpid(), SIGKILL);
       }
-      const auto idx = BatchIndices(step, kolo::torch::rank(),
-                                    kolo::torch::size());
+      const std::vector<int64_t> mine = sampler.batch(b, kBatch);
+      const auto idx = torch::tensor(mine, torch::kLong);
       optimizer.zero_grad();
       torch::mse_loss(model->forward(x.index({idx})), y.index({idx}))
           .backward();
       optimizer.step();
+      sampler.record_batch(b, kBatch);
+      const auto all = kolo::torch::allgather(idx);
+      for (int64_t k = 0; k < all.numel(); ++k) {
+        state.set("b." + std::to_string(step) + "." + std::to_string(k),
+                  all[k].item<int64_t>());
+      }
+      state.set("n." + std::to_string(step), static_cast<int64_t>(mine.size()));
       state.set("step", step + 1);
       state.set("size." + std::to_string(step), kolo::torch::size());
       state.commit();
@@ -108,12 +116,19 @@ int main() {
   if (kolo::torch::rank() == 0) {
     torch::nn::Linear ref = MakeModel();
     torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05));
+    const int64_t steps = state.value("step");
     for (int64_t step = 0; step < steps; ++step) {
       const int size = static_cast<int>(state.value("size." + std::to_string(step)));
       std::vector<std::vector<torch::Tensor>> grads;
       for (int r = 0; r < size; ++r) {
         ref_opt.zero_grad();
-        const auto idx = BatchIndices(step, r, size);
+        const int64_t n = state.value("n." + std::to_string(step));
+        std::vector<int64_t> part;
+        for (int64_t i = 0; i < n; ++i) {
+          part.push_back(state.value("b." + std::to_string(step) + "." +
+                                     std::to_string(r * n + i)));
+        }
+        const auto idx = torch::tensor(part, torch::kLong);
         torch::mse_loss(ref->forward(x.index({idx})), y.index({idx})).backward();
         std::vector<torch::Tensor> g;
         for (const auto& p : ref->parameters()) g.push_back(p.grad().clone());
@@ -135,6 +150,8 @@ int main() {
       diff = std::max(diff, (a[i] - b[i]).abs().max().item<double>());
     }
     std::printf("REPLAY %.3g\n", diff);
+    std::printf("COVERAGE %zu %lld\n", sampler.processed(),
+                static_cast<long long>(kSamples));
   }
   std::fflush(stdout);
   kolo::torch::shutdown();

@@ -121,12 +121,13 @@ class State:
     def sync(self):
         """Every rank takes the state of the rank with the most commits (the
         lowest such rank): who that is is agreed by all, never assumed."""
-        if mpi_ops.size() > 1:
-            commits = allgather_object(self._commits,
-                                       name="kolo.elastic.sync.commits")
-            best = max(commits)
-            self._broadcast(commits.index(best))
-            self._commits = best
+        # Also in a job of one: the broadcast puts the state in the new
+        # generation's shape (samplers are re-partitioned).
+        commits = allgather_object(self._commits,
+                                   name="kolo.elastic.sync.commits")
+        best = max(commits)
+        self._broadcast(commits.index(best))
+        self._commits = best
         self.save()
 
     def save(self):

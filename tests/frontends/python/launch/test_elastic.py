@@ -177,6 +177,8 @@ def test_the_cpp_api_survives_a_killed_worker():
     assert {(f[2], f[3]) for f in finals} == {(2, 1)}, out
     assert len({f[4] for f in finals}) == 1, out
     assert float(re.search(r"REPLAY (\S+)", r.stdout).group(1)) < 1e-9, out
+    # The C++ ElasticSampler: every sample of the epoch committed once.
+    assert "COVERAGE 96 96" in r.stdout, out
     assert "rank 1 (pid" in r.stderr and "generation 1: 2 workers" in r.stderr
 
 

@@ -27,6 +27,7 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <memory>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -68,11 +69,57 @@ bool hosts_updated();
 // elastic timeout).
 bool reset(const std::function<void(kolo::Options*)>& adjust = nullptr);
 
+// Partitions the sample indices [0, size) among the ranks of the current
+// generation and resumes an epoch where it stopped (as
+// kolo.torch.elastic.ElasticSampler): indices recorded as processed
+// before the last commit are not given out again after a reset, the rest
+// is split among the new ranks, ceil(left / ranks) each (the first few
+// repeat when they do not divide evenly, so that every rank runs the same
+// number of steps). Track it in a TorchState (TorchState::track) so that
+// its progress is committed, shared by every rank and synced.
+class ElasticSampler {
+ public:
+  explicit ElasticSampler(int64_t size, bool shuffle = true,
+                          uint64_t seed = 0);
+
+  // Starts epoch `epoch` afresh (its own shuffle).
+  void set_epoch(int64_t epoch);
+  int64_t epoch() const { return epoch_; }
+  // This rank's indices of what is left of the epoch, in order.
+  const std::vector<int64_t>& indices() const { return indices_; }
+  // The `batch_idx`-th batch of `batch_size` of indices() (the last may be
+  // shorter).
+  std::vector<int64_t> batch(int64_t batch_idx, int64_t batch_size) const;
+  // Marks that batch (or these indices) as processed.
+  void record_batch(int64_t batch_idx, int64_t batch_size);
+  void record_indices(const std::vector<int64_t>& indices);
+  // Committed processed indices of every rank, this epoch.
+  size_t processed() const { return processed_.size(); }
+  // Re-partitions what is left among the current ranks.
+  void reset();
+
+  // For TorchState: shares every rank's recorded indices (collective), and
+  // the committed progress as bytes.
+  void share_recorded();
+  std::string state() const;
+  void load_state(const std::string& bytes);
+
+ private:
+  const int64_t size_;
+  const bool shuffle_;
+  const uint64_t seed_;
+  int64_t epoch_ = 0;
+  std::vector<bool> processed_mask_;
+  std::vector<int64_t> processed_;
+  std::vector<int64_t> recorded_;  // this rank's, since the last commit
+  std::vector<int64_t> indices_;
+};
+
 // What survives a reset. Subclasses say how to save, restore and broadcast.
 class State {
  public:
   virtual ~State() = default;
-  // save(), then check_host_updates(): collective.
+  // before_commit(), save(), then check_host_updates(): collective.
   void commit();
   // Throws HostsUpdatedInterrupt on every rank when hosts_updated().
   void check_host_updates();
@@ -88,6 +135,8 @@ class State {
   virtual void restore() = 0;
 
  protected:
+  // Collective work of a commit before save() (TorchState: samplers).
+  virtual void before_commit() {}
   // Overwrites this rank's state with `root`'s (every rank calls it).
   virtual void broadcast(int root) = 0;
 
@@ -104,11 +153,14 @@ class TorchState : public State {
              std::map<std::string, int64_t> values = {});
   int64_t value(const std::string& name) const;
   void set(const std::string& name, int64_t value);
+  // Keeps `sampler`'s progress with the state (it must outlive the state).
+  void track(ElasticSampler& sampler);
 
   void save() override;
   void restore() override;
 
  protected:
+  void before_commit() override;
   void broadcast(int root) override;
 
  private:
@@ -123,6 +175,8 @@ class TorchState : public State {
   std::vector<at::Tensor> saved_tensors_;
   std::string saved_optimizer_;
   std::map<std::string, int64_t> saved_values_;
+  std::vector<ElasticSampler*> samplers_;
+  std::vector<std::string> saved_samplers_;
 };
 
 // Runs `train` until it returns (true) on a reset-surviving loop: state is
