@@ -451,22 +451,16 @@ wire::ResponseList Coordinator::TakeResponseList() {
       *fused = FuseBucket(singles, members[b]);
     }
     if (list.cache_frozen()) continue;
-    for (size_t k = 0; k < members[b].size(); ++k) {
-      const Ready& r = ready_[members[b][k]];
-      if (!data) {
-        cache_.Erase(singles[members[b][k]]->names(0), list.seq());
-      } else if (all_cached) {
-        cache_.Touch(r.cache_id);
-      } else if (fused->type() == wire::RESPONSE_ALLREDUCE ||
-                 fused->type() == wire::RESPONSE_BROADCAST) {
-        // A member served from the cache (MaybeReady) fused with others
-        // that were not: re-inserted from the cache's own copy (held here:
-        // Insert first evicts the entry it came from).
-        std::shared_ptr<const wire::Request> request =
-            r.canonical ? r.canonical : cache_.Find(r.cache_id);
-        if (request) cache_.Insert(*request, list.seq());
-      }
-    }
+    // Note [One cache protocol]. A member served from the cache
+    // (MaybeReady) but fused with others that were not is re-inserted from
+    // the cache's own copy, held while Insert evicts the entry it came from.
+    ApplyResponse(
+        cache_, *fused,
+        [&](int k) -> std::shared_ptr<const wire::Request> {
+          const Ready& r = ready_[members[b][k]];
+          return r.canonical ? r.canonical : cache_.Find(r.cache_id);
+        },
+        list.seq());
   }
   ready_.clear();
   return list;

@@ -47,27 +47,10 @@
 #include "absl/time/time.h"
 #include "runtime/response_cache.h"
 #include "runtime/timeline.h"
+#include "runtime/validation.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
-
-// Validates the requests of every rank for one name (index = rank in the
-// set; null = a rank that has joined) and returns the single-tensor
-// response, or an ERROR response whose message names the tensor, the ranks
-// (as `rank_labels[index]`, the global ranks) and their values.
-wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
-                             const std::vector<int>& rank_labels);
-// All ranks submitted; ranks labelled by their index.
-wire::Response BuildResponse(const std::vector<wire::Request>& by_rank);
-
-// "allreduce", "broadcast", ...
-const char* CollectiveName(wire::CollectiveType type);
-
-// Rebuilds a response that travelled as cache ids into `out` (whose storage
-// it reuses; a response without ids is copied); false if an id is unknown
-// (the caches diverged).
-bool ExpandCachedResponse(const ResponseCache& cache,
-                          const wire::Response& compact, wire::Response* out);
 
 class Coordinator {
  public:

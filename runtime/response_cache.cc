@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/controller.h"
+#include "runtime/validation.h"
 
 namespace kolo {
 namespace {
@@ -111,6 +111,37 @@ void ResponseCache::Erase(const std::string& name, int64_t seq) {
   if (named == by_name_.end()) return;
   Evict(named->second, seq);
   by_name_.erase(named);
+}
+
+std::vector<std::pair<std::string, int64_t>> ResponseCache::Contents() const {
+  std::vector<std::pair<std::string, int64_t>> out(by_name_.begin(),
+                                                   by_name_.end());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool ExpandCachedResponse(const ResponseCache& cache,
+                          const wire::Response& compact, wire::Response* out) {
+  if (compact.cache_ids_size() == 0) {
+    out->CopyFrom(compact);
+    return true;
+  }
+  // CopyFrom and add_names reuse the strings `out` held before (a protobuf
+  // repeated field keeps cleared elements): no allocation per name once
+  // `out` has seen a batch this large.
+  for (int i = 0; i < compact.cache_ids_size(); ++i) {
+    const wire::Response* cached = cache.CachedResponse(compact.cache_ids(i));
+    if (!cached) return false;
+    if (i == 0) {
+      out->CopyFrom(*cached);
+      out->mutable_elements()->Reserve(compact.cache_ids_size());
+    } else {
+      *out->add_names() = cached->names(0);
+      out->add_elements(cached->elements(0));
+    }
+  }
+  *out->mutable_cache_ids() = compact.cache_ids();
+  return true;
 }
 
 void ResponseCache::PruneGraveyard(int64_t acked_seq) {

@@ -12,8 +12,9 @@
 // coordinator.
 //
 // The copies stay identical because every rank applies the same changes in
-// the same order: for each response list of the set, in order, Touch() for
-// a response rebuilt from the cache, Insert() for any other allreduce or
+// the same order, with the same code (ApplyResponse, Note [One cache
+// protocol]): for each response list of the set, in order, Touch() for a
+// response rebuilt from the cache, Insert() for any other allreduce or
 // broadcast response, Erase() for an error; an Insert into a full cache
 // evicts the least recently used entry. Ids are never reused. The
 // coordinator applies a list's changes when it sends the list and the ranks
@@ -32,11 +33,38 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
+
+class ResponseCache;
+
+// Note [One cache protocol]
+// How one response of a list changes a cache, in one place: the coordinator
+// applies it to its cache when it builds the list, every rank to its own
+// when it executes the list (Note [Response cache]); both call
+// ApplyResponse with the response as it travels:
+//   an ERROR response: each of its names is erased;
+//   a response that travels as cache ids: each id is touched;
+//   any other response: each member's request is inserted, which keeps
+//   only what ResponseCache::Cacheable accepts (the one definition of
+//   "cacheable").
+// `request_of(i)` returns member i's request as something pointer-like
+// (null: none), held while it is inserted: Insert may first evict the entry
+// it came from. `seq` is the list's position (the coordinator's graveyard).
+template <typename RequestOf>
+void ApplyResponse(ResponseCache& cache, const wire::Response& response,
+                   RequestOf&& request_of, int64_t seq);
+
+// Rebuilds a response that travelled as cache ids into `out` (whose storage
+// it reuses; a response without ids is copied); false if an id is unknown
+// (the caches diverged).
+bool ExpandCachedResponse(const ResponseCache& cache,
+                          const wire::Response& compact, wire::Response* out);
 
 class ResponseCache {
  public:
@@ -65,6 +93,10 @@ class ResponseCache {
   // Drops graveyard entries evicted by lists up to `acked_seq`.
   void PruneGraveyard(int64_t acked_seq);
 
+  // (name, id) of every current entry, sorted by name (tests compare the
+  // coordinator's cache with the ranks').
+  std::vector<std::pair<std::string, int64_t>> Contents() const;
+
   size_t size() const { return entries_.size(); }
   size_t graveyard_size() const { return graveyard_.size(); }
   int capacity() const { return capacity_; }
@@ -92,6 +124,21 @@ class ResponseCache {
 // wire would). controller_test checks that every field of wire::Request is
 // compared, so a new field cannot be forgotten here.
 bool SameRequest(const wire::Request& a, const wire::Request& b);
+
+template <typename RequestOf>
+void ApplyResponse(ResponseCache& cache, const wire::Response& response,
+                   RequestOf&& request_of, int64_t seq) {
+  if (response.type() == wire::RESPONSE_ERROR) {
+    for (const std::string& name : response.names()) cache.Erase(name, seq);
+  } else if (response.cache_ids_size() > 0) {
+    for (int64_t id : response.cache_ids()) cache.Touch(id);
+  } else {
+    for (int i = 0; i < response.names_size(); ++i) {
+      auto request = request_of(i);
+      if (request) cache.Insert(*request, seq);
+    }
+  }
+}
 
 }  // namespace kolo
 

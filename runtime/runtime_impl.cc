@@ -110,11 +110,6 @@ absl::Status ClaimRank(Store& store, const Options& o) {
       "share: ", absl::StrJoin(differences, "; ")));
 }
 
-bool Cacheable(const wire::Response& r) {
-  return r.type() == wire::RESPONSE_ALLREDUCE ||
-         r.type() == wire::RESPONSE_BROADCAST;
-}
-
 }  // namespace
 
 RuntimeImpl::RuntimeImpl(const Options& options)
@@ -824,17 +819,15 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
           "\" that it never submitted")));
       return;
     }
-    if (apply_cache && response.type() != wire::RESPONSE_ERROR) {
-      if (from_cache) {
-        set.cache->Touch(response.cache_ids(i));
-      } else if (Cacheable(response)) {
-        set.cache->Insert(entry->request, 0);
-      }
-    }
     entries.push_back(std::move(entry));
   }
-  if (apply_cache && response.type() == wire::RESPONSE_ERROR) {
-    for (const std::string& name : response.names()) set.cache->Erase(name, 0);
+  if (apply_cache) {
+    // Note [One cache protocol], as the coordinator applied it. Every name
+    // of a data response has its entry, in order (or Fatal above).
+    ApplyResponse(
+        *set.cache, compact,
+        [&](int i) -> const wire::Request* { return &entries[i]->request; },
+        0);
   }
   if (entries.empty()) return;
   if (response.type() != wire::RESPONSE_ERROR) {

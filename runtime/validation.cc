@@ -1,5 +1,5 @@
 // BuildResponse: checks that every rank asked for the same collective and
-// turns the requests into a response (see controller.h).
+// turns the requests into a response (validation.h).
 #include <optional>
 #include <utility>
 
@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "kolo/tensor.h"
 #include "kolo/types.h"
-#include "runtime/controller.h"
+#include "runtime/validation.h"
 
 namespace kolo {
 namespace {
@@ -296,30 +296,6 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
   }
   resp.add_elements(elements);
   return resp;
-}
-
-bool ExpandCachedResponse(const ResponseCache& cache,
-                          const wire::Response& compact, wire::Response* out) {
-  if (compact.cache_ids_size() == 0) {
-    out->CopyFrom(compact);
-    return true;
-  }
-  // CopyFrom and add_names reuse the strings `out` held before (a protobuf
-  // repeated field keeps cleared elements): no allocation per name once
-  // `out` has seen a batch this large.
-  for (int i = 0; i < compact.cache_ids_size(); ++i) {
-    const wire::Response* cached = cache.CachedResponse(compact.cache_ids(i));
-    if (!cached) return false;
-    if (i == 0) {
-      out->CopyFrom(*cached);
-      out->mutable_elements()->Reserve(compact.cache_ids_size());
-    } else {
-      *out->add_names() = cached->names(0);
-      out->add_elements(cached->elements(0));
-    }
-  }
-  *out->mutable_cache_ids() = compact.cache_ids();
-  return true;
 }
 
 }  // namespace kolo

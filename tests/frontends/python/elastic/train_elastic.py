@@ -2,8 +2,9 @@
 regression model on a fixed dataset, one commit per step, under kolorun's
 elastic mode. Events are triggered by environment variables:
 
-  KILL_RANK/KILL_STEP   the worker of that first-generation rank SIGKILLs
-                        itself at that step of generation 0
+  KILL_RANK/KILL_STEP   the workers of these first-generation ranks
+                        ("2" or "1,2") SIGKILL themselves at that step of
+                        generation 0
   STOP_RANK/STOP_STEP   ... SIGSTOPs itself instead (hangs)
   FAIL_ALWAYS_RANK      every worker started as that rank (newcomers
                         included) kills itself at its first step
@@ -63,7 +64,9 @@ def main():
     sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=False)
     state = hvd.elastic.TorchState(model, opt, sampler=sampler, epoch=0,
                                    step=0, history=[])
-    kill = (env_int("KILL_RANK"), env_int("KILL_STEP"))
+    kill_ranks = [int(r) for r in os.environ.get("KILL_RANK", "").split(",")
+                  if r]
+    kill_step = env_int("KILL_STEP")
     stop = (env_int("STOP_RANK"), env_int("STOP_STEP"))
     fail_always = env_int("FAIL_ALWAYS_RANK")
     delay = float(os.environ.get("STEP_DELAY", "0"))
@@ -77,7 +80,7 @@ def main():
                 if fail_always is not None and first_rank == fail_always:
                     os.kill(os.getpid(), signal.SIGKILL)
                 if generation0 and hvd.elastic.generation() == 0:
-                    if (first_rank, step) == kill:
+                    if first_rank in kill_ranks and step == kill_step:
                         os.kill(os.getpid(), signal.SIGKILL)
                     if (first_rank, step) == stop:
                         os.kill(os.getpid(), signal.SIGSTOP)

@@ -68,6 +68,12 @@ def test_a_killed_worker_of_four_leaves_three_training_on():
     assert total == unique, r.stdout
 
 
+def test_two_workers_killed_at_once_leave_one_new_generation():
+    r = _elastic(["-np", "4", "--min-np", "2"], KILL_RANK="1,3", KILL_STEP=2)
+    _check_trained(r, 2)
+    assert r.stderr.count("SIGKILL; the job goes on without it") == 2, r.stderr
+
+
 def test_losing_rank_0_the_coordinator_keeps_the_job():
     r = _elastic(["-np", "3", "--min-np", "2"], KILL_RANK=0, KILL_STEP=2)
     finals = _check_trained(r, 2, generation=1)
