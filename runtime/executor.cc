@@ -138,6 +138,13 @@ void Executor::Finish(std::vector<std::unique_ptr<TensorEntry>>& entries,
   Backend* backend = backend_;
   backend_->Finish([batch, backend, pending = pending_,
                     on_failure = on_async_failure_](absl::Status status) {
+    // The job fails before the Works do: a caller woken by the failure
+    // finds the runtime failed, and its next collective is refused with
+    // the cause instead of running.
+    if (!status.ok() && on_failure) {
+      std::lock_guard<std::mutex> lock(pending->report_mu);
+      if (pending->executor_alive) on_failure(status);
+    }
     {
       std::lock_guard<std::mutex> lock(pending->mu);
       for (size_t i = 0; i < batch->entries.size(); ++i) {
@@ -155,10 +162,6 @@ void Executor::Finish(std::vector<std::unique_ptr<TensorEntry>>& entries,
       }
     }
     for (void* t : batch->temps) backend->Free(t);
-    if (!status.ok() && on_failure) {
-      std::lock_guard<std::mutex> lock(pending->report_mu);
-      if (pending->executor_alive) on_failure(status);
-    }
   });
 }
 
