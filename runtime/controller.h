@@ -19,7 +19,7 @@
 //    the lists in the order sent, so collectives run in one order. While
 //    some names are only partly submitted, the coordinator holds ready names
 //    at most KOLO_CYCLE_TIME so that more can join the same list; a lone
-//    request is answered at once (runtime_impl.cc, Note [Background loop]).
+//    request is answered at once (background_loop.cc, Note [Background loop]).
 // 4. A name not requested by every rank within the op timeout becomes a
 //    DeadlineExceeded ERROR naming the ranks that did not submit it; the
 //    stall inspector warns earlier (KOLO_STALL_CHECK_TIME) and, with

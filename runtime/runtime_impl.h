@@ -106,7 +106,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void StopForExit();
 
  private:
-  // Note [Background loop] in runtime_impl.cc.
+  // Note [Background loop] in background_loop.cc.
   void BackgroundLoop();
   // Note [Coalescing submissions]: waits for a burst to end.
   void CoalesceSubmissions();

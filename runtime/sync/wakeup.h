@@ -13,7 +13,7 @@
 // that it sleeps, so a notification to a spinning (or busy) waiter costs two
 // atomic operations. Whoever waits decides whether to spin at all: the
 // runtime spins only while a caller is blocked in Work::Wait (Note
-// [Background loop] in runtime_impl.cc), so an idle job or a training step's
+// [Background loop] in background_loop.cc), so an idle job or a training step's
 // compute never loses a core to it.
 //
 // Every wait is bounded by its deadline; a sleeper also wakes at least every

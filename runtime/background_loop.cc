@@ -1,0 +1,421 @@
+// The background loop of a Runtime: one thread per Runtime that takes
+// the callers' submissions, negotiates them (as the coordinator on rank 0,
+// through it elsewhere), executes the response lists in order and completes
+// the Works (Note [Background loop]). Methods of RuntimeImpl
+// (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
+// errors) is in runtime_impl.cc, process sets in process_sets.cc.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "runtime/format.h"
+#include "runtime/fusion.h"
+#include "runtime/runtime_impl.h"
+
+namespace kolo {
+
+// Note [Background loop]
+// The loop sleeps until something happens: a caller submitted work, a
+// control message arrived, or a deadline is due (the coordinator's batching
+// window, an op timeout, the stall inspector). There is no fixed tick: an
+// idle job costs nothing and a lone request is sent at once (a burst as one
+// list: Note [Coalescing submissions]). It waits on one
+// Wakeup (runtime/sync/wakeup.h), which callers, control-plane reader
+// threads and, over shared memory, peers ring; while some caller is blocked
+// in Work::Wait it first spins for KOLO_SPIN_TIME, since the answer it
+// waits for usually comes within microseconds and a kernel wake-up costs
+// tens of them. Each pass:
+//  1. sends this rank's new requests, per process set, to the coordinator
+//     (cache ids where the response cache knows them);
+//  2. rank 0: feeds received request lists to the sets' Coordinators; other
+//     ranks: execute received response lists in order;
+//  3. rank 0: for each set with ready names, waits at most KOLO_CYCLE_TIME
+//     from the oldest ready name for more names to complete (only while
+//     some are partially submitted), then fuses, sends and executes a list.
+void RuntimeImpl::BackgroundLoop() {
+  const bool coordinator = options_.rank == 0;
+  Wakeup& wakeup = *wakeup_.load();
+  absl::Time next_wakeup = absl::InfiniteFuture();
+  bool done = false;
+  bool first_pass = true;
+  uint32_t epoch = wakeup.Epoch();
+  // Spinning is allowed until then: while a caller waits, and for one spin
+  // time after the last pass that saw one (a caller that waited usually
+  // submits again at once).
+  absl::Time spin_until = absl::InfinitePast();
+  while (!done) {
+    if (!first_pass) {
+      // Note [Spin then block]: spin only around a caller's wait.
+      const absl::Time now = absl::Now();
+      if (waiters_->load(std::memory_order_seq_cst) > 0) {
+        spin_until = now + options_.spin_time;
+      }
+      wakeup.Wait(epoch, next_wakeup,
+                  std::max(absl::ZeroDuration(), spin_until - now));
+      epoch = wakeup.Epoch();
+    }
+    first_pass = false;
+    if (!fatal_status().ok()) break;
+    const absl::Time now = absl::Now();
+    next_wakeup = absl::InfiniteFuture();
+    timeline_.CycleStart();
+
+    CoalesceSubmissions();
+    SendRequests(absl::Now());
+    if (!fatal_status().ok()) break;
+    if (control_) {
+      for (ControlEvent& event : control_->TakeEvents()) {
+        if (coordinator && event.message.has_request_list()) {
+          wire::RequestList& list = *event.message.mutable_request_list();
+          std::shared_ptr<ProcessSetState> set;
+          {
+            std::lock_guard<std::mutex> lock(sets_mu_);
+            auto it = sets_.find(list.process_set());
+            if (it != sets_.end()) set = it->second;
+          }
+          auto me = set ? std::find(set->ranks.begin(), set->ranks.end(),
+                                    event.from_rank)
+                        : std::vector<int>::iterator();
+          if (!set || me == set->ranks.end()) {
+            Fatal(absl::InternalError(absl::StrCat(
+                "rank ", event.from_rank, " sent requests for process set ",
+                list.process_set(), " it is not a member of")));
+            break;
+          }
+          set->coordinator->AddRequests(
+              static_cast<int>(me - set->ranks.begin()), std::move(list), now);
+        } else if (!coordinator && event.message.has_response_list()) {
+          const wire::ResponseList& list = event.message.response_list();
+          std::shared_ptr<ProcessSetState> set;
+          {
+            std::lock_guard<std::mutex> lock(sets_mu_);
+            set = sets_.at(list.process_set());
+          }
+          ExecuteList(*set, list, /*sent_here=*/false);
+          if (list.shutdown()) done = true;
+        } else if (!coordinator && event.message.has_shutdown_waiting()) {
+          const auto& ranks = event.message.shutdown_waiting().ranks();
+          std::lock_guard<std::mutex> lock(state_mu_);
+          shutdown_waiting_.assign(ranks.begin(), ranks.end());
+          shutdown_waiting_known_ = true;
+        }
+        if (!fatal_status().ok()) break;
+      }
+    }
+    if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
+    if (!fatal_status().ok()) break;
+    next_wakeup = std::min(next_wakeup,
+                           queue_.ExpireLocal(now, options_.op_timeout));
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    loop_done_ = true;
+  }
+  state_cv_.notify_all();
+}
+
+// Note [Coalescing submissions]
+// A burst of submissions (a framework's gradient hooks, a loop over many
+// tensors) is best sent as one request list: each list costs a pass here
+// and one at the coordinator, and a loop that takes every tensor as it
+// comes competes with the submitting thread for a core (on a machine with
+// fewer cores than threads, it delays the burst it tries to serve). So
+// while nobody waits yet, the loop lets a burst finish: it polls (yielding
+// its core) until no submission came for 5 us, a caller waits (then it
+// sends at once) or KOLO_SPIN_TIME passed. A lone request is held until its
+// caller calls Wait, or 5 us. With KOLO_SPIN_TIME=0 nothing is held back.
+void RuntimeImpl::CoalesceSubmissions() {
+  constexpr int64_t kQuietNanos = 5000;
+  if (options_.spin_time <= absl::ZeroDuration() ||
+      !queue_.has_new_requests() ||
+      waiters_->load(std::memory_order_seq_cst) > 0) {
+    return;
+  }
+  // The clock is read here, not by the submitters.
+  uint64_t seen = queue_.adds();
+  int64_t quiet_since = internal::MonotonicNanos();
+  SpinUntil(
+      [&] {
+        if (waiters_->load(std::memory_order_relaxed) > 0) return true;
+        const uint64_t adds = queue_.adds();
+        const int64_t now = internal::MonotonicNanos();
+        if (adds != seen) {
+          seen = adds;
+          quiet_since = now;
+          return false;
+        }
+        return now - quiet_since >= kQuietNanos;
+      },
+      options_.spin_time);
+}
+
+void RuntimeImpl::SendRequests(absl::Time now) {
+  const bool send_shutdown = shutdown_requested_ && !shutdown_sent_;
+  if (!queue_.has_new_requests() && !send_shutdown) return;
+  std::map<int, wire::RequestList> lists;
+  std::map<int, std::shared_ptr<ProcessSetState>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets.insert(sets_.begin(), sets_.end());
+  }
+  // Under the queue's lock, without copies: a cached request travels as
+  // its id, only a new one as a copy.
+  queue_.TakeNewRequests([&](const wire::Request& r) {
+    ProcessSetState& set = *sets.at(r.process_set());
+    wire::RequestList& list = lists[r.process_set()];
+    if (r.type() == wire::JOIN) joined_ = true;
+    const int64_t id = set.cache->Lookup(r);
+    if (id >= 0) {
+      list.add_cached_ids(id);
+      ++counters_.cache_hits_sent;
+    } else {
+      *list.add_requests() = r;
+      ++counters_.requests_sent;
+    }
+  });
+  if (send_shutdown) {
+    // Leaving the job leaves every set: their coordinators fail whatever
+    // this rank never submitted.
+    for (auto& [id, set] : sets) {
+      if (set->member()) lists[id].set_shutdown(true);
+    }
+    shutdown_sent_ = true;
+  }
+  // The global set's list goes last: once the coordinator has every rank's
+  // global shutdown request it has all their other messages too (one
+  // ordered connection), and it closes the job.
+  std::vector<int> order;
+  for (auto& [id, list] : lists) {
+    if (id != kGlobalProcessSet) order.push_back(id);
+  }
+  if (lists.count(kGlobalProcessSet)) order.push_back(kGlobalProcessSet);
+  for (int id : order) {
+    wire::RequestList& list = lists[id];
+    ProcessSetState& set = *sets.at(id);
+    list.set_process_set(id);
+    list.set_acked_seq(set.executed_seq);
+    ++counters_.request_lists_sent;
+    if (options_.rank == 0) {
+      set.coordinator->AddRequests(set.rank, std::move(list), now);
+    } else {
+      wire::ControlMessage message;
+      *message.mutable_request_list() = std::move(list);
+      absl::Status s = control_->SendToCoordinator(message);
+      if (!s.ok()) {
+        Fatal(s);
+        return;
+      }
+    }
+  }
+}
+
+void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
+                                  bool* done) {
+  std::vector<std::shared_ptr<ProcessSetState>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto& [id, set] : sets_) sets.push_back(set);
+  }
+  // The global set goes last: at shutdown its list is the final one.
+  std::rotate(sets.begin(), sets.begin() + 1, sets.end());
+  const bool all_shutdown = sets.back()->coordinator->AllShutdown();
+  ReportShutdownWaiting(*sets.back()->coordinator);
+  for (auto& set : sets) {
+    Coordinator& c = *set->coordinator;
+    c.ExpireOlderThan(options_.op_timeout, now);
+    if (options_.stall_check_time > absl::ZeroDuration()) {
+      for (const std::string& line : c.StallReport(options_.stall_check_time, now)) {
+        logger_.Warning(absl::StrCat(
+            "stalled collectives", set->id ? absl::StrCat(" in process set ", set->id) : "",
+            ": ", line, " not submitted after ",
+            FormatSeconds(options_.stall_check_time)));
+      }
+      *next_wakeup = std::min(*next_wakeup, c.NextStallCheck(options_.stall_check_time));
+    }
+    if (options_.stall_shutdown_time > absl::ZeroDuration()) {
+      if (auto stalled = c.StalledPast(options_.stall_shutdown_time, now)) {
+        wire::ControlMessage message;
+        message.mutable_job_failed()->set_code(
+            static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+        message.mutable_job_failed()->set_message(*stalled);
+        if (control_) control_->Broadcast(message).IgnoreError();
+        Fatal(absl::DeadlineExceededError(*stalled));
+        return;
+      }
+      *next_wakeup = std::min(
+          *next_wakeup, c.NextPendingDeadline(options_.stall_shutdown_time));
+    }
+    bool emit = false;
+    if (c.HasReady()) {
+      const absl::Time batch_until = c.OldestReadyTime() + options_.cycle_time;
+      if (!c.HasPartial() || now >= batch_until || all_shutdown) {
+        emit = true;
+      } else {
+        *next_wakeup = std::min(*next_wakeup, batch_until);
+      }
+    }
+    if (emit || (all_shutdown && set->id == kGlobalProcessSet)) {
+      wire::ResponseList list = c.TakeResponseList();
+      // Every rank asked to shut down: the global set's list is the last
+      // one (after every other set's), since no rank can add requests.
+      list.set_shutdown(all_shutdown && set->id == kGlobalProcessSet);
+      SendList(*set, list);
+      if (!fatal_status().ok()) return;
+      if (list.shutdown()) *done = true;
+    }
+    *next_wakeup =
+        std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
+  }
+}
+
+void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
+  const std::set<int>& asked = global.ShutdownRanks();
+  if (asked.empty()) return;
+  std::vector<int> waiting;
+  for (int r = 0; r < global.size(); ++r) {
+    if (!asked.count(r)) waiting.push_back(r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (shutdown_waiting_known_ && shutdown_waiting_ == waiting) return;
+    shutdown_waiting_ = waiting;
+    shutdown_waiting_known_ = true;
+  }
+  if (!control_ || waiting.empty()) return;  // Empty: the final list says it.
+  wire::ControlMessage message;
+  for (int r : waiting) message.mutable_shutdown_waiting()->add_ranks(r);
+  control_->Broadcast(message).IgnoreError();  // A lost rank is reported anyway.
+}
+
+void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list) {
+  if (control_) {
+    if (list.shutdown()) control_->MarkShuttingDown();
+    wire::ControlMessage message;
+    *message.mutable_response_list() = list;
+    absl::Status s = control_->SendTo(set.ranks, message);
+    if (!s.ok()) {
+      Fatal(s);
+      return;
+    }
+  }
+  if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
+}
+
+void RuntimeImpl::ExecuteList(ProcessSetState& set,
+                              const wire::ResponseList& list, bool sent_here) {
+  if (list.shutdown() && control_) control_->MarkShuttingDown();
+  ++counters_.response_lists_received;
+  // The coordinator applied the cache changes when it built the list.
+  const bool apply_cache = !sent_here && !list.cache_frozen();
+  for (const wire::Response& response : list.responses()) {
+    ExecuteResponse(set, response, apply_cache);
+    if (!fatal_status().ok()) return;
+  }
+  set.executed_seq = list.seq();
+  // Only the coordinator reads evicted entries.
+  if (!sent_here) set.cache->PruneGraveyard(list.seq());
+}
+
+void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
+                                  const wire::Response& compact,
+                                  bool apply_cache) {
+  // A response that came as cache ids is rebuilt from this rank's cache,
+  // into storage kept from one response to the next.
+  const bool from_cache = compact.cache_ids_size() > 0;
+  const wire::Response& response = from_cache ? expanded_ : compact;
+  if (from_cache && !ExpandCachedResponse(*set.cache, compact, &expanded_)) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", options_.rank, ": response cache of process set ", set.id,
+        " out of step with the coordinator")));
+    return;
+  }
+  if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+    std::vector<int> ranks(response.first_dims().begin(),
+                           response.first_dims().end());
+    RegisterProcessSet(response.value(), ranks);
+    std::shared_ptr<ProcessSetState> created;
+    {
+      std::lock_guard<std::mutex> lock(sets_mu_);
+      created = sets_.at(response.value());
+    }
+    absl::Status s = ConnectProcessSet(*created);
+    auto entry = queue_.Take(set.id, response.names(0));
+    if (entry) entry->Complete(s, {response.value()});
+    if (!s.ok()) Fatal(s);
+    return;
+  }
+  if (response.type() == wire::RESPONSE_REMOVE_PROCESS_SET) {
+    absl::Status s = ForgetProcessSet(static_cast<int>(response.value()));
+    auto entry = queue_.Take(set.id, response.names(0));
+    if (entry) entry->Complete(s);
+    return;
+  }
+  if (response.type() == wire::RESPONSE_JOIN) joined_ = false;
+
+  std::vector<std::unique_ptr<TensorEntry>> taken;
+  queue_.TakeAll(set.id, response.names(), &taken);
+  std::vector<std::unique_ptr<TensorEntry>> entries;
+  entries.reserve(response.names_size());
+  for (int i = 0; i < response.names_size(); ++i) {
+    const std::string& name = response.names(i);
+    std::unique_ptr<TensorEntry> entry = std::move(taken[i]);
+    if (!entry && response.type() == wire::RESPONSE_ALLREDUCE && joined_) {
+      // Joined: contribute zeros so that the others' sums go on.
+      entry = std::make_unique<TensorEntry>();
+      const DataType dtype = static_cast<DataType>(response.dtype());
+      entry->scratch = std::make_shared<std::vector<uint8_t>>(
+          response.elements(i) * DataTypeSize(dtype));
+      Device device;
+      if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
+        const int index = set.cuda_device.load();
+        device = Device::Cuda(index >= 0 ? index : options_.local_rank);
+      }
+      entry->input = entry->output = TensorView(
+          entry->scratch->data(), dtype, {response.elements(i)}, device);
+      entry->work = std::make_shared<internal::WorkState>();
+    }
+    if (!entry) {
+      if (response.type() == wire::RESPONSE_ERROR) continue;  // Not ours.
+      // Every rank submitted every name of a data response: this one did
+      // not, so the ranks are out of step.
+      Fatal(absl::InternalError(absl::StrCat(
+          "rank ", options_.rank, " received a response for \"", name,
+          "\" that it never submitted")));
+      return;
+    }
+    entries.push_back(std::move(entry));
+  }
+  if (apply_cache) {
+    // Note [One cache protocol], as the coordinator applied it. Every name
+    // of a data response has its entry, in order (or Fatal above).
+    ApplyResponse(
+        *set.cache, compact,
+        [&](int i) -> const wire::Request* { return &entries[i]->request; },
+        0);
+  }
+  if (entries.empty()) return;
+  if (response.type() != wire::RESPONSE_ERROR) {
+    ++counters_.collectives_executed;
+    counters_.tensors_executed += static_cast<int64_t>(entries.size());
+  }
+  Executor* executor = set.executor.get();
+  if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
+    absl::Status connected =
+        ConnectDevicePath(set, entries.front()->input.device);
+    if (!connected.ok()) {
+      for (auto& e : entries) e->Complete(connected);
+      Fatal(connected);
+      return;
+    }
+    executor = set.cuda_executor.get();
+  }
+  absl::Status s = executor->Execute(response, entries);
+  if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
+}
+
+}  // namespace kolo
