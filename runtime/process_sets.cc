@@ -246,6 +246,14 @@ absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
   return work->Wait();
 }
 
+absl::StatusOr<int> RuntimeImpl::SubmitForValue(TensorEntry entry) {
+  auto work = Submit(std::move(entry));
+  if (!work.ok()) return work.status();
+  absl::Status s = work->Wait();
+  if (!s.ok()) return s;
+  return static_cast<int>(work->received_splits().at(0));
+}
+
 absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
   const std::string name =
       absl::StrCat("__kolo_process_set_", process_set_calls_++);
@@ -265,11 +273,7 @@ absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
   entry.request.set_type(wire::ADD_PROCESS_SET);
   entry.request.set_name(name);
   for (int r : ranks) entry.request.add_shape(r);
-  auto work = Submit(std::move(entry));
-  if (!work.ok()) return work.status();
-  absl::Status s = work->Wait();
-  if (!s.ok()) return s;
-  return static_cast<int>(work->received_splits().at(0));
+  return SubmitForValue(std::move(entry));
 }
 
 // Note [Sets created by their members] in runtime/controller.cc.
@@ -298,11 +302,7 @@ absl::StatusOr<int> RuntimeImpl::AddMemberProcessSet(
   entry.request.set_type(wire::ADD_MEMBER_PROCESS_SET);
   entry.request.set_name(absl::StrCat("__kolo_member_set_", key));
   for (int r : ranks) entry.request.add_shape(r);
-  auto work = Submit(std::move(entry));
-  if (!work.ok()) return work.status();
-  absl::Status s = work->Wait();
-  if (!s.ok()) return s;
-  return static_cast<int>(work->received_splits().at(0));
+  return SubmitForValue(std::move(entry));
 }
 
 }  // namespace kolo

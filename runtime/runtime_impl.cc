@@ -347,11 +347,7 @@ absl::StatusOr<int> RuntimeImpl::Join() {
   TensorEntry entry;
   entry.request.set_type(wire::JOIN);
   entry.request.set_name("__kolo_join__");
-  auto work = Submit(std::move(entry));
-  if (!work.ok()) return work.status();
-  absl::Status s = work->Wait();
-  if (!s.ok()) return s;
-  return static_cast<int>(work->received_splits().at(0));
+  return SubmitForValue(std::move(entry));
 }
 
 absl::Status RuntimeImpl::StartTimeline(const std::string& path,

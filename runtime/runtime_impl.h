@@ -90,6 +90,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
 
   absl::StatusOr<int> Join();
   absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  // Submits a collective whose result is one number (Join's last rank, a
+  // new process set's id), waits for it and returns the number.
+  absl::StatusOr<int> SubmitForValue(TensorEntry entry);
   absl::StatusOr<int> AddMemberProcessSet(const std::vector<int>& ranks,
                                           const std::string& key);
   absl::Status RemoveProcessSet(int process_set);

@@ -1,7 +1,6 @@
 #include "kolo/torch/elastic.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <random>
 #include <memory>
 #include <mutex>
@@ -25,7 +24,7 @@ struct Module {
   int64_t checks = 0;  // hosts_updated() calls in this generation
 };
 
-Module& State_() {
+Module& ModuleState() {
   static auto* module = new Module;
   return *module;
 }
@@ -33,7 +32,7 @@ Module& State_() {
 // The process's membership, connected on first use from the environment
 // of the generation it started in.
 kolo::elastic::Membership& GetMembership() {
-  Module& m = State_();
+  Module& m = ModuleState();
   std::lock_guard<std::mutex> lock(m.mu);
   if (!m.membership) {
     absl::StatusOr<kolo::Options> options =
@@ -73,8 +72,13 @@ std::map<std::string, int64_t> ParseValues(const std::string& text) {
 }  // namespace
 
 bool enabled() {
-  const char* id = std::getenv("KOLO_ELASTIC_ID");
-  return id != nullptr && *id != '\0';
+  // The environment does not change: read once (runtime/config.cc).
+  static const bool elastic = [] {
+    absl::StatusOr<kolo::Options> options =
+        kolo::Runtime::OptionsFromEnvironment();
+    return options.ok() && options->elastic_id >= 0;
+  }();
+  return elastic;
 }
 
 int64_t generation() {
@@ -87,7 +91,7 @@ bool hosts_updated() {
   kolo::elastic::Membership& membership = GetMembership();
   absl::StatusOr<bool> requested = membership.ReformRequested();
   if (!requested.ok()) throw Error(requested.status());
-  const int64_t n = State_().checks++;
+  const int64_t n = ModuleState().checks++;
   at::Tensor flag = at::full({1}, *requested ? 1 : 0, at::kInt);
   at::Tensor agreed = allreduce(
       flag, AllreduceOptions()
@@ -115,7 +119,7 @@ bool reset(const std::function<void(kolo::Options*)>& adjust) {
   for (;;) {
     absl::StatusOr<kolo::elastic::Assignment> next = membership.Next(why);
     if (!next.ok()) throw Error(next.status());
-    State_().checks = 0;
+    ModuleState().checks = 0;
     if (!next->member) return false;
     kolo::Options options = membership.options();
     if (adjust) adjust(&options);

@@ -34,6 +34,10 @@ namespace kolorun {
 // --blacklist-cooldown (a first failure never does: on one host that would
 // end the job).
 constexpr int kBlacklistFailures = 2;
+// How long the discovery script may run; how long a worker reported lost
+// may take to exit before kolorun kills it (Note [Elastic launcher]).
+constexpr absl::Duration kDiscoveryTimeout = absl::Seconds(10);
+constexpr absl::Duration kLostGrace = absl::Milliseconds(500);
 
 // The discovery script's output: one "host" or "host:slots" per line
 // (blank lines and '#' comments skipped; a host listed twice adds up).

@@ -110,11 +110,11 @@ class Launcher {
   enum class Phase { kRunning, kReporting, kTerminating, kKilling };
   enum class Teardown { kNow, kAfterReports };
 
-  // Starts the workers; stops at (and reports) the first that cannot start.
-  void SpawnAll(int store_port, const std::string& secret, int secret_fd);
+  // Where a worker at `placement` finds the job (store, secret, torch's
+  // rendezvous).
+  RankEndpoint EndpointFor(const RankPlacement& placement) const;
   // Starts one worker; false (after Fail) if it could not be started.
-  bool Spawn(const RankEndpoint& endpoint, const std::string& secret,
-             const std::vector<std::string>& inherited, int dev_null);
+  bool Spawn(const RankEndpoint& endpoint);
   void EventLoop();
   // Elastic mode (Note [Elastic launcher] in launcher.cc).
   void ElasticStart();
@@ -123,6 +123,8 @@ class Launcher {
   void OnDiscovery();
   // Kills the workers reported lost kLostGrace ago that still run.
   void KillLostWorkers();
+  // Counts a failure against `host` and says when that blacklists it.
+  void RecordHostFailure(const std::string& host);
   // Asks the current generation to re-form (elastic/<g>/closing).
   void RequestReform(const std::string& reason);
   // Forms the next generation once every member has left or is gone.
@@ -170,11 +172,12 @@ class Launcher {
                           bool* success) const;
 
   const LaunchOptions options_;
-  // What Spawn() needs after the start (elastic newcomers).
+  // What Spawn() needs, set once the store listens.
   int store_port_ = 0;
   std::string secret_;
   int secret_fd_ = -1;
-  std::vector<std::string> inherited_;
+  std::vector<std::string> inherited_;  // kolorun's environment
+  int dev_null_ = -1;                   // the workers' standard input
   std::string torch_addr_;
   int torch_port_ = 0;
   // Elastic state.
@@ -191,7 +194,6 @@ class Launcher {
   absl::Time min_np_deadline_ = absl::InfiniteFuture();
   std::string last_discovery_error_;
   bool grew_beyond_host_ = false;
-  int dev_null_for_spawn_ = -1;
   const JobPlan plan_;
   std::unique_ptr<JobGuard> guard_;
   std::unique_ptr<SignalPipe> signals_;

@@ -240,5 +240,11 @@ std::string FormatCpuList(const std::vector<int>& cpus) {
   return absl::StrJoin(ranges, ",");
 }
 
+void SignalWorker(pid_t pid, bool running, int signo) {
+  if (pid <= 0) return;
+  killpg(pid, signo);
+  if (running && getpgid(pid) != pid) kill(pid, signo);
+}
+
 }  // namespace kolorun
 }  // namespace kolo

@@ -46,6 +46,11 @@ struct SpawnResult {
 // through a close-on-exec pipe.
 SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals);
 
+// Sends `signo` to the worker's process group (`pid` leads it), and to the
+// worker itself should it have left the group (setsid/setpgid in the
+// worker; `running`: it has not been reaped). Nothing for pid <= 0.
+void SignalWorker(pid_t pid, bool running, int signo);
+
 // Note [Binding]
 // With --bind-to core (the default, as mpirun's for small jobs), each worker
 // on a host runs on its own share of the CPUs that kolorun (or, on a remote

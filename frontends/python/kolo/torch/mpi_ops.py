@@ -7,7 +7,6 @@ non-in-place collectives are differentiable (see each function).
 """
 
 import atexit
-import itertools
 import sys
 import threading
 
@@ -16,17 +15,12 @@ import torch
 from kolo import _C
 from kolo.torch.compression import Compression
 
-# Reduction ops: the runtime's values (kolo/types.h), plus Adasum, which
-# kolo does not implement.
-Sum = 0
-Average = 1
-Min = 2
-Max = 3
-Product = 4
-Adasum = 5
-
-_OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max",
-             Product: "Product", Adasum: "Adasum"}
+# Reduction ops, dtypes, and the checks and names every collective uses:
+# kolo/torch/checks.py.
+from kolo.torch.checks import (  # noqa: F401  (re-exported)
+    _FLOAT_SET, _MOVED_DTYPES, _MOVED_SET, _OP_NAMES, _REDUCED_DTYPES,
+    _REDUCED_SET, Adasum, Average, Max, Min, Product, Sum, _check_scaling,
+    _check_tensor, _generated_name, _name, _op_of, _unnamed)
 
 KoloInternalError = _C.KoloInternalError
 # Horovod's name for the same exception.
@@ -41,99 +35,11 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-# Dtypes the runtime reduces; bool is only moved (broadcast, allgather,
-# alltoall), as in Horovod.
-_REDUCED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32,
-                   torch.int64, torch.float16, torch.bfloat16, torch.float32,
-                   torch.float64)
-_MOVED_DTYPES = _REDUCED_DTYPES + (torch.bool,)
-_REDUCED_SET = frozenset(_REDUCED_DTYPES)
-_MOVED_SET = frozenset(_MOVED_DTYPES)
-_FLOAT_SET = frozenset((torch.float16, torch.bfloat16, torch.float32,
-                        torch.float64))
+# --- Process sets: kolo/torch/process_sets.py ------------------------------
 
-
-# --- Process sets -----------------------------------------------------------
-
-class ProcessSet:
-    """A subset of the job's ranks that collectives can run on.
-
-    Create with ranks (``ProcessSet([0, 2])``) and register with
-    ``add_process_set`` (or pass to ``init(process_sets=...)``) on every
-    rank; then pass as ``process_set=`` to any collective.
-    """
-
-    def __init__(self, ranks):
-        self.ranks = sorted(int(r) for r in ranks)
-        self.process_set_id = None
-
-    def _check(self):
-        if self.process_set_id is None:
-            raise ValueError(
-                "process set %s is not registered: call "
-                "hvd.add_process_set() on every rank first" % (self.ranks,))
-
-    def included(self):
-        """Whether this rank belongs to the set."""
-        self._check()
-        return _C.rank() in self.ranks
-
-    def rank(self):
-        """This rank's rank within the set (-1 if not a member)."""
-        self._check()
-        r = _C.rank()
-        return self.ranks.index(r) if r in self.ranks else -1
-
-    def size(self):
-        """The number of ranks in the set."""
-        self._check()
-        return len(self.ranks)
-
-    def __repr__(self):
-        return "ProcessSet(process_set_id=%s, ranks=%s)" % (
-            self.process_set_id, self.ranks)
-
-
-global_process_set = ProcessSet([])
-global_process_set.process_set_id = 0
-_process_sets = {0: global_process_set}
-
-
-def add_process_set(process_set):
-    """Registers a process set (a ProcessSet or a list of ranks) and returns
-    the ProcessSet. Collective: every rank of the job calls it, with the
-    same ranks, in the same order."""
-    if not isinstance(process_set, ProcessSet):
-        process_set = ProcessSet(process_set)
-    if process_set.process_set_id is not None:
-        raise ValueError("%r is registered already" % (process_set,))
-    _check_initialized()
-    process_set.process_set_id = _C.add_process_set(process_set.ranks)
-    _process_sets[process_set.process_set_id] = process_set
-    return process_set
-
-
-def remove_process_set(process_set):
-    """Removes a registered process set. Collective, like add_process_set.
-    Returns True if it was removed."""
-    if process_set is global_process_set or \
-            process_set.process_set_id in (None, 0):
-        return False
-    _check_initialized()
-    _C.remove_process_set(process_set.process_set_id)
-    del _process_sets[process_set.process_set_id]
-    process_set.process_set_id = None
-    return True
-
-
-def _set_id(process_set):
-    if process_set is global_process_set:
-        return 0
-    if not isinstance(process_set, ProcessSet):
-        raise TypeError("process_set must be a ProcessSet, not %s" %
-                        type(process_set).__name__)
-    process_set._check()
-    return process_set.process_set_id
+from kolo.torch.process_sets import (  # noqa: E402,F401  (re-exported)
+    ProcessSet, _check_initialized, _process_sets, _set_id, add_process_set,
+    global_process_set, remove_process_set)
 
 
 # --- Basics -----------------------------------------------------------------
@@ -200,12 +106,6 @@ def _after_reset():
 
 def is_initialized():
     return _C.is_initialized()
-
-
-def _check_initialized():
-    if not _C.is_initialized():
-        raise ValueError(
-            "kolo.torch has not been initialized; call hvd.init() first")
 
 
 def size():
@@ -296,86 +196,6 @@ def start_timeline(file_path, mark_cycles=False):
 def stop_timeline():
     _check_initialized()
     _C.stop_timeline()
-
-
-# --- Checks before anything is submitted --------------------------------------
-
-def _op_of(op, average, default=Average):
-    if average is not None:
-        if op is not None:
-            raise ValueError("pass op or the deprecated average, not both")
-        return Average if average else Sum
-    if op is None:
-        return default
-    if op == Adasum:
-        raise NotImplementedError(
-            "Adasum is not implemented by kolo; use op=hvd.Average or hvd.Sum")
-    if op not in _OP_NAMES:
-        raise ValueError("unknown reduction op %r (use hvd.Average, hvd.Sum, "
-                         "hvd.Min, hvd.Max or hvd.Product)" % (op,))
-    return op
-
-
-# These checks run for every collective, also each gradient of a training
-# step submitted from Python: each costs a set lookup or an attribute read.
-def _check_tensor(tensor, what, dtypes=_REDUCED_SET):
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError("%s expects a torch.Tensor, got %s" %
-                        (what, type(tensor).__name__))
-    if tensor.dtype not in dtypes:
-        raise TypeError(
-            "%s: dtype %s is not supported (kolo supports %s)" %
-            (what, tensor.dtype, ", ".join(
-                str(d).replace("torch.", "")
-                for d in (_MOVED_DTYPES if dtypes is _MOVED_SET
-                          else _REDUCED_DTYPES))))
-    if tensor.is_cpu and tensor.layout == torch.strided:
-        return
-    if tensor.layout != torch.strided:
-        raise ValueError("%s: %s tensors are not supported (dense tensors "
-                         "only; sparse gradients: sparse_allreduce_async or "
-                         "sparse_as_dense=True)" % (what, tensor.layout))
-    if tensor.device.type == "cuda":
-        if not _C.built("cuda"):
-            raise ValueError("%s: the tensor is on %s, but this build of kolo "
-                             "has no CUDA backend" % (what, tensor.device))
-    elif tensor.device.type != "cpu":
-        raise ValueError("%s: tensors on %s are not supported (CPU and CUDA "
-                         "only)" % (what, tensor.device))
-
-
-def _check_scaling(tensor, op, prescale_factor, postscale_factor, what):
-    if tensor.dtype not in _FLOAT_SET:
-        if op == Average:
-            raise ValueError(
-                "%s: average is not defined for integer dtype %s; use "
-                "op=hvd.Sum and divide" % (what, tensor.dtype))
-        if prescale_factor != 1.0 or postscale_factor != 1.0:
-            raise ValueError("%s: scale factors other than 1 are not defined "
-                             "for integer dtype %s" % (what, tensor.dtype))
-
-
-_unnamed = {}
-
-
-def _generated_name(kind, process_set=None):
-    """"<kind>.noname.<n>" for the collectives composed here (the C++
-    frontend numbers its own), counted per process set (only its members
-    make its collectives): every rank of the set must make the same unnamed
-    calls in the same order."""
-    set_id = process_set.process_set_id if process_set is not None else 0
-    counter = _unnamed.setdefault((kind, set_id), itertools.count())
-    if set_id:
-        return "%s.noname.set%d.%d" % (kind, set_id, next(counter))
-    return "%s.noname.%d" % (kind, next(counter))
-
-
-def _name(name):
-    if name is None:
-        return ""
-    if not isinstance(name, str):
-        raise TypeError("name must be a str, not %s" % type(name).__name__)
-    return name
 
 
 # --- Handles ------------------------------------------------------------------

@@ -130,9 +130,6 @@ def main():
         ref_params = torch.cat([p.detach().flatten() for p in ref.parameters()])
         print("REPLAY %.3g" % (params - ref_params).abs().max().item(),
               flush=True)
-        per_epoch = {}
-        for batch in state.history:
-            pass
         seen = [i for batch in state.history for part in batch for i in part]
         print("COVERAGE %d %d %d" % (len(set(seen)), len(seen), N), flush=True)
     hvd.shutdown()

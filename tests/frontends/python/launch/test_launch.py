@@ -114,10 +114,14 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_tree(tmp_path):
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     r = run([str(venv / "bin" / "python"), "-c",
-             "import kolo, kolo.torch as hvd; print(kolo.__file__)"],
+             "import kolo, kolo.torch as hvd; print(kolo.__file__); "
+             "print(hvd.elastic.__file__, hvd.elastic.TorchState.__name__)"],
             env=clean, cwd=str(outside))
     assert r.returncode == 0, r.stderr
     assert str(venv) in r.stdout, r.stdout
+    # Every module of the package is in the wheel (elastic included).
+    assert "%s/lib/" % venv in r.stdout.splitlines()[1], r.stdout
+    assert "TorchState" in r.stdout, r.stdout
     (outside / "train.py").write_text(ALLREDUCE)
     r = run([str(venv / "bin" / "kolorun"), "-np", "2",
              str(venv / "bin" / "python"), "train.py"],
