@@ -495,6 +495,7 @@ void TcpStoreServerImpl::Handle(Connection& c,
       if (!TryAnswerParked(
               c, /*timed_out=*/c.parked_timeout <= absl::ZeroDuration())) {
         parked_.emplace(c.parked_deadline, c.id);
+        stat_parked_.store(static_cast<int64_t>(parked_.size()));
       }
       return;
     default:
@@ -537,6 +538,9 @@ bool TcpStoreServerImpl::TryAnswerParked(Connection& c, bool timed_out) {
 void TcpStoreServerImpl::Unpark(Connection& c) {
   if (!c.parked) return;
   parked_.erase({c.parked_deadline, c.id});
+  // Counted before the answer goes out: a client that has its answer sees
+  // its request no longer parked in stats().
+  stat_parked_.store(static_cast<int64_t>(parked_.size()));
   c.parked = false;
   c.parked_request.Clear();
 }

@@ -258,7 +258,8 @@ TEST_F(KolorunRemoteTest, RemoteRankKilledBySignalIsNamed) {
   const Result r = RunRemote(
       {"-np", "2", "-H", "203.0.113.1:2", "--network-interface", "lo", "-x",
        "SCRATCH", "sh", "-c",
-       "echo $$ > \"$SCRATCH/pid.$KOLO_RANK\"; "
+       "echo $$ > \"$SCRATCH/pid.$KOLO_RANK.tmp\"; "
+       "mv \"$SCRATCH/pid.$KOLO_RANK.tmp\" \"$SCRATCH/pid.$KOLO_RANK\"; "
        "if [ $KOLO_RANK = 1 ]; then kill -KILL $$; fi; exec sleep 1000"},
       {"SCRATCH=" + scratch_});
   EXPECT_EQ(r.exit_code(), 1);

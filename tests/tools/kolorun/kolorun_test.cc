@@ -163,7 +163,8 @@ TEST_F(LiveOutputTest, CxxWorkerUnchangedUnderStdbuf) {
 
 TEST_F(KolorunTest, LineInProgressIsKeptWhenTheWorkerIsKilled) {
   const Result r = Run({"-np", "2", "sh", "-c",
-                        "echo $$ > \"$SCRATCH/pid.$KOLO_RANK\"; "
+                        "echo $$ > \"$SCRATCH/pid.$KOLO_RANK.tmp\"; "
+                        "mv \"$SCRATCH/pid.$KOLO_RANK.tmp\" \"$SCRATCH/pid.$KOLO_RANK\"; "
                         "if [ $KOLO_RANK = 1 ]; then "
                         "printf 'done\\n\\rlast words'; kill -KILL $$; fi; "
                         "exec sleep 1000"});
@@ -425,13 +426,15 @@ TEST_F(KolorunTest, EveryRankThatFailsOnItsOwnIsNamed) {
 TEST_F(KolorunTest, RankKilledBySignalIsNamedWithTheSignal) {
   const Result r =
       Run({"-np", "2", "sh", "-c",
-           "echo $$ > \"$SCRATCH/pid.$KOLO_RANK\"; "
+           "echo $$ > \"$SCRATCH/pid.$KOLO_RANK.tmp\"; "
+           "mv \"$SCRATCH/pid.$KOLO_RANK.tmp\" \"$SCRATCH/pid.$KOLO_RANK\"; "
            "if [ $KOLO_RANK = 1 ]; then kill -KILL $$; fi; exec sleep 1000"});
   EXPECT_NE(r.exit_code(), 0);
   EXPECT_TRUE(Names(r.err, 1, PidFromFile("pid.1"),
                     "was killed by signal SIGKILL"))
       << r.err;
-  // Rank 0 may not have written its pid before the teardown killed it.
+  // Rank 0 may not have written its pid (tmp file, then mv: never half
+  // written) before the teardown killed it.
   if (access((scratch_ + "/pid.0").c_str(), F_OK) == 0) ExpectGone({"pid.0"});
 }
 
