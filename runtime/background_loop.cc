@@ -335,22 +335,25 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     return;
   }
   if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
-    std::vector<int> ranks(response.first_dims().begin(),
-                           response.first_dims().end());
-    RegisterProcessSet(response.value(), ranks);
+    std::vector<int> ranks(response.member_ranks().begin(),
+                           response.member_ranks().end());
+    RegisterProcessSet(response.new_process_set(), ranks);
     std::shared_ptr<ProcessSetState> created;
     {
       std::lock_guard<std::mutex> lock(sets_mu_);
-      created = sets_.at(response.value());
+      created = sets_.at(response.new_process_set());
     }
     absl::Status s = ConnectProcessSet(*created);
     auto entry = queue_.Take(set.id, response.names(0));
-    if (entry) entry->Complete(s, {response.value()});
+    if (entry) {
+      entry->work->SetValue(response.new_process_set());
+      entry->Complete(s);
+    }
     if (!s.ok()) Fatal(s);
     return;
   }
   if (response.type() == wire::RESPONSE_REMOVE_PROCESS_SET) {
-    absl::Status s = ForgetProcessSet(static_cast<int>(response.value()));
+    absl::Status s = ForgetProcessSet(response.target_process_set());
     auto entry = queue_.Take(set.id, response.names(0));
     if (entry) entry->Complete(s);
     return;

@@ -36,10 +36,23 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
   if (cache_.graveyard_size() > 0) {  // O(ranks): only when there is work
     cache_.PruneGraveyard(*std::min_element(acked_.begin(), acked_.end()));
   }
+  const bool bits = joined_.empty() && shutdown_.empty();
   for (int64_t id : list.cached_ids()) {
+    ++cache_hits_received_;
+    if (bits) {
+      // One lookup in steady state: an id in hits_ that is not slow is
+      // current (ForgetEvictedHits drops the others).
+      auto it = hits_.find(id);
+      if (it == hits_.end() && cache_.IsCurrent(id)) {
+        it = hits_.try_emplace(id).first;
+      }
+      if (it != hits_.end() && !it->second.slow) {
+        AddHit(rank, id, it->second, now);
+        continue;
+      }
+    }
     std::shared_ptr<const wire::Request> request = cache_.Find(id);
     if (!request) continue;  // Cannot happen: ids outlive every ack.
-    ++cache_hits_received_;
     Add(rank, std::move(request), id, now);
   }
   for (wire::Request& request : *list.mutable_requests()) {
@@ -51,7 +64,12 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
           now);
     }
   }
-  if (list.shutdown() && shutdown_.insert(rank).second) {
+  if (list.shutdown() && !shutdown_.count(rank)) {
+    // Partly sent hits move to the slow path before the rank counts as
+    // gone, each as one name (the slow path fails names a departed rank
+    // never submitted as they arrive).
+    MaterializeHits();
+    shutdown_.insert(rank);
     for (absl::string_view name : SortedPendingNames()) {
       auto it = pending_.find(name);
       if (it->second.by_rank[rank] || !Awaits(it->second, rank)) continue;
@@ -73,6 +91,13 @@ std::vector<absl::string_view> Coordinator::SortedPendingNames() const {
 }
 
 void Coordinator::ErasePending(PendingMap::iterator it) {
+  if (it->second.hit_id >= 0) {
+    auto hits = hits_.find(it->second.hit_id);
+    if (hits != hits_.end()) {
+      hits->second.slow = false;
+      if (!cache_.IsCurrent(hits->first)) hits_.erase(hits);
+    }
+  }
   if (it->second.stall_reported) --stall_reported_;
   if (it->second.first_seen <= oldest_) oldest_stale_ = true;
   pending_.erase(it);
@@ -84,11 +109,135 @@ absl::Time Coordinator::OldestPending() const {
     for (const auto& [name, p] : pending_) oldest_ = std::min(oldest_, p.first_seen);
     oldest_stale_ = false;
   }
-  return oldest_;
+  return std::min(oldest_, OldestHit());
+}
+
+// Note [Cache hits as bits]
+// In steady state every rank sends cache ids only, and a name is ready
+// when every rank of the set has sent its id. The coordinator counts that
+// without per-name work: per cache id one bit per rank (which ranks sent
+// it this round) and their count; the id is ready when the count reaches
+// the set's size, and its response is the cached one (no validation, no
+// copy: every rank's request equals the cached request, validated when it
+// entered the cache). No name is hashed and no slot per rank is filled;
+// the ready id's bits are cleared for the next round (a rank cannot send
+// an id again before it has executed the list that ran it: its queue
+// holds one request per name).
+// Anything else takes the slow path (a Pending entry per name with a slot
+// per rank: validation, error messages, time-outs, stall reports), which
+// stays the source of truth: an id whose name is pending there (a rank
+// sent a changed request, or an evicted id) goes there too (Hits::slow,
+// set while the name is pending), and a partly sent id moves there
+// (MaterializeHit, keeping its first bit's time) whenever something only
+// the slow path handles concerns it: a full request of its name, its
+// eviction, a join, a rank's shutdown, its op time-out or stall report.
+// While some rank has joined or shut down every id takes the slow path.
+void Coordinator::AddHit(int rank, int64_t id, Hits& hits, absl::Time now) {
+  if (hits.ranks.empty()) hits.ranks.assign((size_ + 63) / 64, 0);
+  uint64_t& word = hits.ranks[rank >> 6];
+  const uint64_t bit = uint64_t{1} << (rank & 63);
+  if (word & bit) return;  // Sent twice: its queue rejected the second.
+  word |= bit;
+  if (hits.count++ == 0) {
+    hits.first_seen = now;
+    ++partial_hits_;
+    hits_oldest_ = std::min(hits_oldest_, now);
+    if (config_.timeline && config_.timeline->enabled()) {
+      const std::shared_ptr<const wire::Request> request = cache_.Find(id);
+      config_.timeline->Begin(request->name(), NegotiatePhase(request->type()));
+    }
+  }
+  if (hits.count < size_) return;
+  Ready ready;
+  ready.ready_at = now;
+  ready.cache_id = id;
+  ready.cached = cache_.SharedResponse(id);
+  if (!ready.cached || !IsData(*ready.cached)) {
+    MaterializeHit(id, hits);  // Cannot happen: the slow path decides.
+    return;
+  }
+  ClearHit(hits);
+  PushReady(std::move(ready));
+}
+
+void Coordinator::ClearHit(Hits& hits) {
+  if (hits.count == 0) return;
+  hits.count = 0;
+  std::fill(hits.ranks.begin(), hits.ranks.end(), 0);
+  --partial_hits_;
+  if (hits.first_seen <= hits_oldest_) hits_oldest_stale_ = true;
+}
+
+void Coordinator::MaterializeHit(int64_t id, Hits& hits) {
+  if (hits.count == 0) return;
+  std::vector<int> ranks;
+  for (int r = 0; r < size_; ++r) {
+    if (hits.ranks[r >> 6] >> (r & 63) & 1) ranks.push_back(r);
+  }
+  const absl::Time first_seen = hits.first_seen;
+  ClearHit(hits);
+  hits.slow = true;  // Add() below keeps it so while the name is pending.
+  std::shared_ptr<const wire::Request> request = cache_.Find(id);
+  if (!request) return;  // Cannot happen: ids outlive every ack.
+  for (int r : ranks) {
+    Add(r, request, id, first_seen, /*begun=*/true);
+  }
+}
+
+void Coordinator::MaterializeHits() {
+  if (partial_hits_ == 0) return;
+  std::vector<int64_t> ids;
+  for (const auto& [id, hits] : hits_) {
+    if (hits.count > 0) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());  // An order that does not hash.
+  for (int64_t id : ids) {
+    auto it = hits_.find(id);  // (An earlier one's Add may have erased it.)
+    if (it != hits_.end()) MaterializeHit(id, it->second);
+  }
+}
+
+void Coordinator::ForgetEvictedHits() {
+  if (cache_.evictions() == evictions_seen_) return;
+  evictions_seen_ = cache_.evictions();
+  std::vector<int64_t> evicted;
+  for (const auto& [id, hits] : hits_) {
+    if (!cache_.IsCurrent(id)) evicted.push_back(id);
+  }
+  std::sort(evicted.begin(), evicted.end());
+  for (int64_t id : evicted) {
+    auto it = hits_.find(id);
+    MaterializeHit(id, it->second);
+    // Re-found: Add() may have touched hits_.
+    it = hits_.find(id);
+    if (it != hits_.end() && !it->second.slow) hits_.erase(it);
+  }
+}
+
+absl::Time Coordinator::OldestHit() const {
+  if (partial_hits_ == 0) return absl::InfiniteFuture();
+  if (hits_oldest_stale_) {
+    hits_oldest_ = absl::InfiniteFuture();
+    for (const auto& [id, hits] : hits_) {
+      if (hits.count > 0) hits_oldest_ = std::min(hits_oldest_, hits.first_seen);
+    }
+    hits_oldest_stale_ = false;
+  }
+  return hits_oldest_;
 }
 
 void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
-                      int64_t cache_id, absl::Time now) {
+                      int64_t cache_id, absl::Time now, bool begun) {
+  // The name's current cache id: its partly sent hits join this slot, and
+  // its hits come here while the name is pending (Note [Cache hits as
+  // bits]).
+  const int64_t current_id = cache_.IdOf(request->name());
+  if (current_id >= 0) {
+    auto hits = hits_.find(current_id);
+    if (hits != hits_.end() && hits->second.count > 0) {
+      MaterializeHit(current_id, hits->second);
+    }
+  }
   // The key views the name inside `request`, which the entry keeps alive
   // (by_rank[rank] below; a slot is never reassigned).
   auto [it, inserted] = pending_.try_emplace(absl::string_view(request->name()));
@@ -98,8 +247,12 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
     p.cache_id.assign(size_, -1);
     p.first_seen = now;
     oldest_ = std::min(oldest_, now);  // (a stale value is rescanned anyway)
-    if (config_.timeline) {
+    if (config_.timeline && !begun) {
       config_.timeline->Begin(request->name(), NegotiatePhase(request->type()));
+    }
+    if (current_id >= 0) {
+      p.hit_id = current_id;
+      hits_[current_id].slow = true;
     }
   }
   if (inserted && request->type() == wire::ADD_MEMBER_PROCESS_SET) {
@@ -110,11 +263,12 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
     // the ranks it names, not for every rank, and its response reaches
     // every rank, so that every rank registers the set (members connect
     // its backends). Time-outs and stall reports name missing members only.
-    bool valid = request->shape_size() > 0;
-    for (int i = 0; valid && i < request->shape_size(); ++i) {
-      const int64_t m = request->shape(i);
-      valid = m >= 0 && m < size_ && (i == 0 || m > request->shape(i - 1));
-      if (valid) p.members.push_back(static_cast<int>(m));
+    const auto& members = request->member_ranks();
+    bool valid = !members.empty();
+    for (int i = 0; valid && i < members.size(); ++i) {
+      const int m = members[i];
+      valid = m >= 0 && m < size_ && (i == 0 || m > members[i - 1]);
+      if (valid) p.members.push_back(m);
     }
     if (!valid) {
       p.by_rank[rank] = std::move(request);
@@ -129,7 +283,8 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
   }
   if (!inserted && !p.members.empty() &&
       !std::equal(p.members.begin(), p.members.end(),
-                  request->shape().begin(), request->shape().end())) {
+                  request->member_ranks().begin(),
+                  request->member_ranks().end())) {
     // Members that disagree on the members: fail at once (the first list
     // would wait for ranks the others never meant).
     if (!p.by_rank[rank]) {
@@ -175,14 +330,16 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
 }
 
 void Coordinator::AddJoin(int rank, absl::Time now) {
-  if (!joined_.insert(rank).second) return;
+  if (joined_.count(rank)) return;
+  MaterializeHits();  // Joined ranks count as submitted on the slow path.
+  joined_.insert(rank);
   last_joined_ = rank;
   if (static_cast<int>(joined_.size()) == size_) {
     wire::Response done;
     done.set_type(wire::RESPONSE_JOIN);
     done.add_names(kJoinName);
     done.add_elements(0);
-    done.set_value(config_.global_ranks[last_joined_]);
+    done.set_last_joined_rank(config_.global_ranks[last_joined_]);
     joined_.clear();
     Ready ready;
     ready.response = std::move(done);
@@ -217,7 +374,7 @@ void Coordinator::MaybeReadyMembers(PendingMap::iterator it, absl::Time now) {
   ready.response = BuildResponse(by_member, labels);
   ready.canonical = p.by_rank[p.members.front()];
   if (ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
-    ready.response.set_value(next_process_set_id_++);
+    ready.response.set_new_process_set(next_process_set_id_++);
   }
   ErasePending(it);
   PushReady(std::move(ready));
@@ -268,7 +425,7 @@ void Coordinator::MaybeReady(PendingMap::iterator it,
   }
   if (!ready.cached &&
       ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
-    ready.response.set_value(next_process_set_id_++);
+    ready.response.set_new_process_set(next_process_set_id_++);
   }
   ErasePending(it);
   PushReady(std::move(ready));
@@ -355,6 +512,7 @@ void Coordinator::FailPending(absl::string_view name, const Pending& p,
 
 void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
   if (now - OldestPending() < op_timeout) return;
+  if (now - OldestHit() >= op_timeout) MaterializeHits();
   for (absl::string_view name : SortedPendingNames()) {
     auto it = pending_.find(name);
     if (now - it->second.first_seen < op_timeout) continue;
@@ -372,6 +530,7 @@ void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
 std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
                                                   absl::Time now) {
   if (now - OldestPending() < check_time) return {};
+  if (now - OldestHit() >= check_time) MaterializeHits();
   std::map<int, std::vector<std::string>> missing_by_rank;
   for (absl::string_view name : SortedPendingNames()) {
     Pending& p = pending_.find(name)->second;
@@ -393,8 +552,9 @@ std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
 }
 
 std::optional<std::string> Coordinator::StalledPast(absl::Duration shutdown_time,
-                                                    absl::Time now) const {
+                                                    absl::Time now) {
   if (now - OldestPending() < shutdown_time) return std::nullopt;
+  if (now - OldestHit() >= shutdown_time) MaterializeHits();
   for (absl::string_view name : SortedPendingNames()) {
     const Pending& p = pending_.find(name)->second;
     if (now - p.first_seen >= shutdown_time) {
@@ -414,7 +574,8 @@ absl::Time Coordinator::NextPendingDeadline(absl::Duration delay) const {
 absl::Time Coordinator::NextStallCheck(absl::Duration check_time) const {
   // Until a name is reported, the oldest is the next to check.
   if (stall_reported_ == 0) return OldestPending() + check_time;
-  absl::Time next = absl::InfiniteFuture();
+  // Hits are never reported (a report moves them to the slow path first).
+  absl::Time next = OldestHit() + check_time;
   for (const auto& [name, p] : pending_) {
     if (!p.stall_reported) next = std::min(next, p.first_seen + check_time);
   }
@@ -463,12 +624,18 @@ wire::ResponseList Coordinator::TakeResponseList() {
         list.seq());
   }
   ready_.clear();
+  ForgetEvictedHits();
   return list;
 }
 
 std::vector<std::string> Coordinator::PendingNames() const {
   std::vector<std::string> names;
   for (absl::string_view name : SortedPendingNames()) names.emplace_back(name);
+  for (const auto& [id, hits] : hits_) {
+    if (hits.count == 0) continue;
+    if (auto request = cache_.Find(id)) names.push_back(request->name());
+  }
+  std::sort(names.begin(), names.end());
   return names;
 }
 

@@ -75,12 +75,12 @@ class Coordinator {
   std::vector<std::string> StallReport(absl::Duration check_time, absl::Time now);
   // A message if some name has been pending longer than `shutdown_time`.
   std::optional<std::string> StalledPast(absl::Duration shutdown_time,
-                                         absl::Time now) const;
+                                         absl::Time now);
 
   bool HasReady() const { return !ready_.empty(); }
   absl::Time OldestReadyTime() const { return ready_.front().ready_at; }
   // Whether some name has been requested by some but not all ranks.
-  bool HasPartial() const { return !pending_.empty(); }
+  bool HasPartial() const { return !pending_.empty() || partial_hits_ > 0; }
   // Earliest first-seen + `delay` over pending names, or InfiniteFuture.
   absl::Time NextPendingDeadline(absl::Duration delay) const;
   // The same over names the stall inspector has not reported yet.
@@ -99,8 +99,12 @@ class Coordinator {
   // The coordinator's copy of the set's response cache.
   ResponseCache& cache() { return cache_; }
 
-  // For diagnostics and tests.
+  // For diagnostics and tests: every pending name, the partly sent cache
+  // hits' included, sorted.
   std::vector<std::string> PendingNames() const;
+  // Names waiting on the slow path (a slot per rank and name): not the
+  // cache hits counted by bits (Note [Cache hits as bits]).
+  size_t SlowPathNames() const { return pending_.size(); }
   int64_t requests_received() const { return requests_received_; }
   int64_t cache_hits_received() const { return cache_hits_received_; }
 
@@ -118,6 +122,17 @@ class Coordinator {
     // only ones waited for (Note [Sets created by their members]). Empty:
     // every rank.
     absl::InlinedVector<int, 4> members;
+    // The name's current cache id when it became pending, or -1: that id's
+    // hits come here while the name is pending (Hits::slow).
+    int64_t hit_id = -1;
+  };
+  // Note [Cache hits as bits] (controller.cc): one cache id's hits.
+  struct Hits {
+    absl::InlinedVector<uint64_t, 1> ranks;  // bit r: set rank r sent the id
+    int count = 0;                           // bits set
+    absl::Time first_seen;                   // the first bit of this round
+    // The id's name is pending on the slow path: its hits go there too.
+    bool slow = false;
   };
   struct Ready {
     // The response: the cache's own when every rank sent the same current
@@ -131,8 +146,23 @@ class Coordinator {
     int64_t cache_id = -1;  // every rank sent this id
     const wire::Response& get() const { return cached ? *cached : response; }
   };
+  // `now` stamps a new name; `begun`: its timeline event is open already.
   void Add(int rank, std::shared_ptr<const wire::Request> request,
-           int64_t cache_id, absl::Time now);
+           int64_t cache_id, absl::Time now, bool begun = false);
+  // The bit path: rank `rank` sent current id `id`, which is not pending
+  // on the slow path and nobody has joined or shut down.
+  void AddHit(int rank, int64_t id, Hits& hits, absl::Time now);
+  // Moves a partly sent id to the slow path (a Pending entry with a slot
+  // per rank), for what only the slow path handles: a full request of
+  // the name, eviction, a join, a shutdown, a time-out or stall report.
+  void MaterializeHit(int64_t id, Hits& hits);
+  void MaterializeHits();
+  void ClearHit(Hits& hits);
+  // After the cache evicted entries: their partial hits take the slow
+  // path, their idle ones are forgotten.
+  void ForgetEvictedHits();
+  // The earliest first bit over partly sent ids (InfiniteFuture if none).
+  absl::Time OldestHit() const;
   void AddJoin(int rank, absl::Time now);
   // Makes `name` ready if every rank has submitted it or joined.
   using PendingMap = absl::flat_hash_map<absl::string_view, Pending>;
@@ -174,6 +204,12 @@ class Coordinator {
   int last_joined_ = -1;
   int next_process_set_id_ = 1;  // global set only
   ResponseCache cache_;
+  // Cache id -> its hits. An entry that is not slow is a current id.
+  absl::flat_hash_map<int64_t, Hits> hits_;
+  int partial_hits_ = 0;
+  mutable absl::Time hits_oldest_ = absl::InfiniteFuture();  // see OldestHit
+  mutable bool hits_oldest_stale_ = false;
+  int64_t evictions_seen_ = 0;
   int64_t seq_ = 0;
   std::vector<int64_t> acked_;  // per rank
   int64_t requests_received_ = 0;

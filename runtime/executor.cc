@@ -255,7 +255,10 @@ absl::Status Executor::Execute(
       CompleteAll(entries, absl::OkStatus());
       return absl::OkStatus();
     case wire::RESPONSE_JOIN:
-      for (auto& e : entries) e->Complete(absl::OkStatus(), {r.value()});
+      for (auto& e : entries) {
+        e->work->SetValue(r.last_joined_rank());
+        e->Complete(absl::OkStatus());
+      }
       return absl::OkStatus();
     case wire::RESPONSE_ALLTOALL:
       what = "alltoall";

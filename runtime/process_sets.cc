@@ -240,7 +240,7 @@ absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
   entry.request.set_type(wire::REMOVE_PROCESS_SET);
   entry.request.set_name(absl::StrCat("__kolo_remove_process_set_",
                                       process_set_calls_++));
-  entry.request.add_shape(process_set);
+  entry.request.set_target_process_set(process_set);
   auto work = Submit(std::move(entry));
   if (!work.ok()) return work.status();
   return work->Wait();
@@ -251,7 +251,7 @@ absl::StatusOr<int> RuntimeImpl::SubmitForValue(TensorEntry entry) {
   if (!work.ok()) return work.status();
   absl::Status s = work->Wait();
   if (!s.ok()) return s;
-  return static_cast<int>(work->received_splits().at(0));
+  return static_cast<int>(work->state()->value());
 }
 
 absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
@@ -272,7 +272,7 @@ absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
   TensorEntry entry;
   entry.request.set_type(wire::ADD_PROCESS_SET);
   entry.request.set_name(name);
-  for (int r : ranks) entry.request.add_shape(r);
+  for (int r : ranks) entry.request.add_member_ranks(r);
   return SubmitForValue(std::move(entry));
 }
 
@@ -301,7 +301,7 @@ absl::StatusOr<int> RuntimeImpl::AddMemberProcessSet(
   TensorEntry entry;
   entry.request.set_type(wire::ADD_MEMBER_PROCESS_SET);
   entry.request.set_name(absl::StrCat("__kolo_member_set_", key));
-  for (int r : ranks) entry.request.add_shape(r);
+  for (int r : ranks) entry.request.add_member_ranks(r);
   return SubmitForValue(std::move(entry));
 }
 

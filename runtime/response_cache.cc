@@ -31,10 +31,13 @@ bool SameRequest(const wire::Request& a, const wire::Request& b) {
          a.device_index() == b.device_index() && a.root() == b.root() &&
          a.op() == b.op() && a.process_set() == b.process_set() &&
          a.group_size() == b.group_size() &&
+         a.target_process_set() == b.target_process_set() &&
          SameBits(a.prescale(), b.prescale()) &&
          SameBits(a.postscale(), b.postscale()) &&
          SameElements(a.shape(), b.shape()) &&
-         SameElements(a.splits(), b.splits()) && a.group() == b.group() &&
+         SameElements(a.splits(), b.splits()) &&
+         SameElements(a.member_ranks(), b.member_ranks()) &&
+         a.group() == b.group() &&
          a.name() == b.name();
 }
 
@@ -49,6 +52,11 @@ int64_t ResponseCache::Lookup(const wire::Request& request) const {
   if (it == by_name_.end()) return -1;
   const Entry& e = entries_.at(it->second);
   return SameRequest(*e.request, request) ? it->second : -1;
+}
+
+int64_t ResponseCache::IdOf(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
 }
 
 std::shared_ptr<const wire::Request> ResponseCache::Find(int64_t id) const {
@@ -78,6 +86,7 @@ void ResponseCache::Touch(int64_t id) {
 void ResponseCache::Evict(int64_t id, int64_t seq) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
+  ++evictions_;
   graveyard_.emplace(id, std::make_pair(std::move(it->second.request), seq));
   lru_.erase(it->second.lru);
   entries_.erase(it);

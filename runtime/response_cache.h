@@ -75,6 +75,8 @@ class ResponseCache {
 
   // The id under which an identical request (SameRequest) is cached, or -1.
   int64_t Lookup(const wire::Request& request) const;
+  // The current id of `name`, whatever its request, or -1.
+  int64_t IdOf(const std::string& name) const;
 
   // The request of a current or recently evicted id (coordinator), or null.
   // Shared: the coordinator holds it while the name is pending, without a
@@ -99,6 +101,8 @@ class ResponseCache {
 
   size_t size() const { return entries_.size(); }
   size_t graveyard_size() const { return graveyard_.size(); }
+  // Entries evicted or erased so far (a count that only grows).
+  int64_t evictions() const { return evictions_; }
   int capacity() const { return capacity_; }
 
  private:
@@ -111,6 +115,7 @@ class ResponseCache {
 
   const int capacity_;
   int64_t next_id_ = 1;
+  int64_t evictions_ = 0;
   absl::flat_hash_map<int64_t, Entry> entries_;
   absl::flat_hash_map<std::string, int64_t> by_name_;
   std::list<int64_t> lru_;  // most recently used first

@@ -48,6 +48,10 @@ std::string Shape(const wire::Request& r) {
   return ShapeToString({r.shape().begin(), r.shape().end()});
 }
 
+std::string MemberRanks(const wire::Request& r) {
+  return absl::StrCat("ranks [", absl::StrJoin(r.member_ranks(), ", "), "]");
+}
+
 std::string TrailingShape(const wire::Request& r) {
   if (r.shape_size() == 0) return "a scalar";
   std::vector<int64_t> dims(r.shape().begin() + 1, r.shape().end());
@@ -208,13 +212,13 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
       break;
     case wire::ADD_PROCESS_SET:
     case wire::ADD_MEMBER_PROCESS_SET:
-      if ((err = check("process set ranks", Shape))) return *err;
+      if ((err = check("process set ranks", MemberRanks))) return *err;
       break;
     case wire::REMOVE_PROCESS_SET:
-      if ((err = check("process set", Shape))) return *err;
-      if (first->shape_size() != 1) {
-        return Error(name, first->type(), absl::StatusCode::kInvalidArgument,
-                     "a removal names one process set");
+      if ((err = check("process set", [](const wire::Request& r) {
+             return absl::StrCat("process set ", r.target_process_set());
+           }))) {
+        return *err;
       }
       break;
     default:
@@ -285,12 +289,12 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
       break;
     case wire::REMOVE_PROCESS_SET:
       resp.set_type(wire::RESPONSE_REMOVE_PROCESS_SET);
-      resp.set_value(first->shape(0));
+      resp.set_target_process_set(first->target_process_set());
       elements = 0;
       break;
     default:  // ADD_PROCESS_SET
       resp.set_type(wire::RESPONSE_ADD_PROCESS_SET);
-      for (int64_t d : first->shape()) resp.add_first_dims(d);
+      *resp.mutable_member_ranks() = first->member_ranks();
       elements = 0;
       break;
   }

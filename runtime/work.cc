@@ -140,5 +140,15 @@ std::vector<int64_t> WorkState::splits() const {
   return splits_;
 }
 
+void WorkState::SetValue(int64_t value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!done_) value_ = value;
+}
+
+int64_t WorkState::value() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return value_;
+}
+
 }  // namespace internal
 }  // namespace kolo

@@ -171,6 +171,159 @@ TEST(Coordinator, CachedRequestsTravelAsIdsAndStayValidated) {
   EXPECT_EQ(c.cache().Lookup(Allreduce("w", {4})), -1);  // erased by the error
 }
 
+// Note [Cache hits as bits]: three ranks, names "a" and "b" in the cache.
+class CacheHitsTest : public ::testing::Test {
+ protected:
+  explicit CacheHitsTest(int capacity = 8) : c_(Config(3, capacity)) {}
+  void SetUp() override {
+    for (int r = 0; r < 3; ++r) {
+      c_.AddRequests(r, List({Allreduce("a", {4}), Allreduce("b", {2})}), kT0);
+    }
+    ASSERT_EQ(Take(c_).size(), 2u);
+    a_ = c_.cache().Lookup(Allreduce("a", {4}));
+    b_ = c_.cache().Lookup(Allreduce("b", {2}));
+    ASSERT_GE(a_, 0);
+    ASSERT_GE(b_, 0);
+  }
+  static wire::RequestList Ids(std::vector<int64_t> ids) {
+    wire::RequestList l;
+    for (int64_t id : ids) l.add_cached_ids(id);
+    return l;
+  }
+  Coordinator c_;
+  int64_t a_ = -1, b_ = -1;
+};
+
+TEST_F(CacheHitsTest, SteadyStateHitsTakeNoSlotAndRunFromTheCache) {
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(round);
+    c_.AddRequests(0, Ids({a_, b_}), kT0);
+    c_.AddRequests(1, Ids({b_, a_}), kT0);
+    EXPECT_FALSE(c_.HasReady());
+    EXPECT_TRUE(c_.HasPartial());
+    EXPECT_EQ(c_.SlowPathNames(), 0u);
+    EXPECT_EQ(c_.PendingNames(), (std::vector<std::string>{"a", "b"}));
+    c_.AddRequests(1, Ids({a_}), kT0);  // Twice from one rank: counted once.
+    EXPECT_FALSE(c_.HasReady());
+    c_.AddRequests(2, Ids({a_, b_}), kT0);
+    EXPECT_FALSE(c_.HasPartial());
+    auto ready = Take(c_);
+    ASSERT_EQ(ready.size(), 2u);
+    EXPECT_THAT(ready[0].cache_ids(), ::testing::ElementsAre(a_));
+    EXPECT_THAT(ready[1].cache_ids(), ::testing::ElementsAre(b_));
+    EXPECT_EQ(c_.SlowPathNames(), 0u);
+    EXPECT_TRUE(c_.PendingNames().empty());
+  }
+}
+
+TEST_F(CacheHitsTest, APartlySentHitTimesOutNamingTheRankThatDidNotSendIt) {
+  c_.AddRequests(0, Ids({a_}), kT0);
+  c_.AddRequests(2, Ids({a_}), kT0 + absl::Seconds(1));
+  EXPECT_EQ(c_.NextPendingDeadline(absl::Seconds(5)), kT0 + absl::Seconds(5));
+  c_.ExpireOlderThan(absl::Seconds(5), kT0 + absl::Seconds(4));
+  EXPECT_FALSE(c_.HasReady());
+  c_.ExpireOlderThan(absl::Seconds(5), kT0 + absl::Seconds(5));
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_EQ(ready[0].error_code(),
+            static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("waiting for rank 1 to submit it (submitted by "
+                        "ranks 0, 2)"));
+  EXPECT_FALSE(c_.HasPartial());
+}
+
+TEST_F(CacheHitsTest, StallReportAndStallShutdownNameTheMissingRank) {
+  c_.AddRequests(0, Ids({a_, b_}), kT0);
+  c_.AddRequests(1, Ids({a_, b_}), kT0);
+  EXPECT_TRUE(c_.StallReport(absl::Seconds(2), kT0 + absl::Seconds(1)).empty());
+  EXPECT_EQ(c_.NextStallCheck(absl::Seconds(2)), kT0 + absl::Seconds(2));
+  EXPECT_THAT(c_.StallReport(absl::Seconds(2), kT0 + absl::Seconds(2)),
+              ::testing::ElementsAre("rank 2: [a, b]"));
+  auto stalled = c_.StalledPast(absl::Seconds(3), kT0 + absl::Seconds(3));
+  ASSERT_TRUE(stalled.has_value());
+  EXPECT_THAT(*stalled, HasSubstr("for rank 2 to submit it"));
+  // Still served once rank 2 sends them (now on the slow path).
+  c_.AddRequests(2, Ids({a_, b_}), kT0 + absl::Seconds(3));
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ALLREDUCE);
+  EXPECT_EQ(c_.SlowPathNames(), 0u);
+}
+
+TEST_F(CacheHitsTest, AChangedRequestMeetsTheHitsOfItsNameEitherOrder) {
+  // Hits first, then the changed request.
+  c_.AddRequests(0, Ids({a_}), kT0);
+  c_.AddRequests(2, Ids({a_}), kT0);
+  c_.AddRequests(1, List({Allreduce("a", {5})}), kT0);
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_THAT(ready[0].error(), HasSubstr("ranks 0, 2 have [4]; rank 1 has [5]"));
+  // The changed request first, then hits of the (current) id of "b".
+  c_.AddRequests(1, List({Allreduce("b", {3})}), kT0);
+  c_.AddRequests(0, Ids({b_}), kT0);
+  c_.AddRequests(2, Ids({b_}), kT0);
+  ready = Take(c_);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_THAT(ready[0].error(), HasSubstr("ranks 0, 2 have [2]; rank 1 has [3]"));
+  EXPECT_FALSE(c_.HasPartial());
+}
+
+TEST_F(CacheHitsTest, AShutdownFailsTheHitsTheRankNeverSent) {
+  c_.AddRequests(0, Ids({a_}), kT0);
+  c_.AddRequests(1, Ids({a_}), kT0);
+  c_.AddRequests(2, List({}, /*shutdown=*/true), kT0);
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_EQ(ready[0].error_code(), static_cast<int>(absl::StatusCode::kAborted));
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("rank 2 shut down without submitting it (submitted "
+                        "by ranks 0, 1)"));
+}
+
+TEST_F(CacheHitsTest, AJoinCompletesTheHitsOfTheOthers) {
+  c_.AddRequests(0, Ids({a_}), kT0);
+  c_.AddRequests(1, Ids({a_}), kT0);
+  wire::Request join;
+  join.set_type(wire::JOIN);
+  join.set_name("__kolo_join__");
+  c_.AddRequests(2, List({join}), kT0);
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ALLREDUCE);
+  EXPECT_EQ(ready[0].names(0), "a");
+  EXPECT_EQ(ready[0].contributors(), 2);
+  // While a rank has joined, hits go by the slow path too.
+  c_.AddRequests(0, Ids({b_}), kT0);
+  EXPECT_EQ(c_.SlowPathNames(), 1u);
+}
+
+class SmallCacheHitsTest : public CacheHitsTest {
+ protected:
+  SmallCacheHitsTest() : CacheHitsTest(/*capacity=*/2) {}
+};
+
+// Ranks 0 and 1 sent "a" as an id; then "c" enters the cache and evicts
+// "a". Rank 2, having executed that list, no longer knows the id and sends
+// "a" in full: it must meet the others' hits, not wait for them forever.
+TEST_F(SmallCacheHitsTest, AnEvictedHitMeetsTheFullRequestOfTheLastRank) {
+  c_.AddRequests(0, Ids({a_}), kT0);
+  c_.AddRequests(1, Ids({a_}), kT0);
+  for (int r = 0; r < 3; ++r) c_.AddRequests(r, List({Allreduce("c", {1})}), kT0);
+  ASSERT_EQ(Take(c_).size(), 1u);
+  EXPECT_FALSE(c_.cache().IsCurrent(a_));
+  c_.AddRequests(2, List({Allreduce("a", {4})}), kT0);
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ALLREDUCE);
+  EXPECT_EQ(ready[0].names(0), "a");
+  EXPECT_FALSE(c_.HasPartial());
+}
+
 TEST(ResponseCache, LruEvictionKeepsEvictedIdsUntilAcked) {
   ResponseCache cache(2);
   cache.Insert(Allreduce("a", {1}), 1);
@@ -204,8 +357,12 @@ TEST(ResponseCache, SameRequestComparesEveryFieldButTheRank) {
     wire::Request changed = base;
     using F = google::protobuf::FieldDescriptor;
     if (f->is_repeated()) {
-      ASSERT_EQ(f->cpp_type(), F::CPPTYPE_INT64) << f->name();
-      refl->AddInt64(&changed, f, 7);
+      if (f->cpp_type() == F::CPPTYPE_INT32) {
+        refl->AddInt32(&changed, f, 7);
+      } else {
+        ASSERT_EQ(f->cpp_type(), F::CPPTYPE_INT64) << f->name();
+        refl->AddInt64(&changed, f, 7);
+      }
     } else {
       switch (f->cpp_type()) {
         case F::CPPTYPE_INT32:
@@ -256,6 +413,95 @@ TEST(Coordinator, GroupIsReleasedWholeAndFailsWhole) {
   EXPECT_THAT(ready[0].error(), HasSubstr("failed because of another member"));
 }
 
+wire::Request ProcessSetRequest(wire::CollectiveType type,
+                                const std::string& name,
+                                std::vector<int> members) {
+  wire::Request r;
+  r.set_name(name);
+  r.set_type(type);
+  for (int m : members) r.add_member_ranks(m);
+  return r;
+}
+
+// Creating a set: the ranks travel in member_ranks, the coordinator's id
+// for the set in new_process_set (ids count up from 1); removing one names
+// it in target_process_set. Nothing rides in shape or first_dims.
+TEST(Coordinator, ProcessSetsTravelInTheirOwnFields) {
+  Coordinator c(Config(3));
+  for (int r = 0; r < 3; ++r) {
+    c.AddRequests(r, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s1",
+                                             {0, 2})}),
+                  kT0);
+  }
+  auto ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ADD_PROCESS_SET);
+  EXPECT_EQ(ready[0].new_process_set(), 1);
+  EXPECT_THAT(ready[0].member_ranks(), ::testing::ElementsAre(0, 2));
+  EXPECT_EQ(ready[0].first_dims_size(), 0);
+
+  // Created by its members alone: rank 1 is not waited for.
+  for (int r : {0, 1}) {
+    c.AddRequests(r, List({ProcessSetRequest(wire::ADD_MEMBER_PROCESS_SET,
+                                             "m", {0, 1})}),
+                  kT0);
+  }
+  ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ADD_PROCESS_SET);
+  EXPECT_EQ(ready[0].new_process_set(), 2);
+  EXPECT_THAT(ready[0].member_ranks(), ::testing::ElementsAre(0, 1));
+
+  for (int r = 0; r < 3; ++r) {
+    wire::Request remove;
+    remove.set_name("rm");
+    remove.set_type(wire::REMOVE_PROCESS_SET);
+    remove.set_target_process_set(1);
+    c.AddRequests(r, List({remove}), kT0);
+  }
+  ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_REMOVE_PROCESS_SET);
+  EXPECT_EQ(ready[0].target_process_set(), 1);
+}
+
+TEST(Coordinator, ProcessSetDisagreementsNameTheRanksAndTheirValues) {
+  Coordinator c(Config(2));
+  c.AddRequests(0, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s",
+                                           {0, 1})}),
+                kT0);
+  c.AddRequests(1, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s",
+                                           {1})}),
+                kT0);
+  auto ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_THAT(ready[0].error(), HasSubstr("rank 0 has ranks [0, 1]"));
+  EXPECT_THAT(ready[0].error(), HasSubstr("rank 1 has ranks [1]"));
+
+  for (int r = 0; r < 2; ++r) {
+    wire::Request remove;
+    remove.set_name("rm");
+    remove.set_type(wire::REMOVE_PROCESS_SET);
+    remove.set_target_process_set(r + 4);
+    c.AddRequests(r, List({remove}), kT0);
+  }
+  ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_THAT(ready[0].error(), HasSubstr("rank 0 has process set 4"));
+  EXPECT_THAT(ready[0].error(), HasSubstr("rank 1 has process set 5"));
+
+  // Members that are not distinct ranks of the job, sorted.
+  c.AddRequests(0, List({ProcessSetRequest(wire::ADD_MEMBER_PROCESS_SET,
+                                           "bad", {1, 0})}),
+                kT0);
+  ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_THAT(ready[0].error(), HasSubstr("distinct ranks of the job"));
+}
+
 TEST(Coordinator, JoinedRanksCountForSumsOnlyAndJoinReturnsLastRank) {
   Coordinator c(Config(3));
   wire::Request join;
@@ -281,7 +527,7 @@ TEST(Coordinator, JoinedRanksCountForSumsOnlyAndJoinReturnsLastRank) {
   ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_JOIN);
-  EXPECT_EQ(ready[0].value(), 1);
+  EXPECT_EQ(ready[0].last_joined_rank(), 1);
 }
 
 TEST(Coordinator, StallReportNamesMissingRanksOnce) {

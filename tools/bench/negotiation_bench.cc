@@ -10,7 +10,7 @@
 // the ResponseList that goes back to every rank.
 //
 //   bazel-bin/tools/bench/negotiation_bench [--ranks 16,64,256,1024,4096]
-//       [--tensors 100] [--cycles 20]
+//       [--tensors 100] [--cycles 20] [--cold 0|1]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kolo/types.h"
@@ -31,6 +32,8 @@ struct Flags {
   std::vector<int> ranks = {16, 64, 256, 1024, 4096};
   int tensors = 100;
   int cycles = 20;
+  bool cold = true;  // --cold 0: steady state only (for a profiler)
+  int ranks_per_host = 8;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -45,6 +48,14 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       }
     } else if (arg == "--tensors") {
       if (!absl::SimpleAtoi(value, &f->tensors) || f->tensors < 1) return false;
+    } else if (arg == "--cold") {
+      if (value != "0" && value != "1") return false;
+      f->cold = value == "1";
+    } else if (arg == "--ranks-per-host") {
+      if (!absl::SimpleAtoi(value, &f->ranks_per_host) ||
+          f->ranks_per_host < 1) {
+        return false;
+      }
     } else if (arg == "--cycles") {
       if (!absl::SimpleAtoi(value, &f->cycles) || f->cycles < 1) return false;
     } else {
@@ -159,6 +170,42 @@ CycleCost Measure(int ranks, const Flags& flags, bool steady,
   return cost;
 }
 
+// Hierarchical negotiation, on paper: a host leader ANDs its local ranks'
+// steady-state lists (the ids every local rank sent; in the runtime this
+// would be the shared-memory control segment) and sends one list; the
+// coordinator negotiates over hosts. One host's AND, in µs (median).
+double HostAnd(const Flags& flags, Coordinator& reference) {
+  const int local = flags.ranks_per_host;
+  std::vector<std::string> lists(local);
+  for (int r = 0; r < local; ++r) {
+    wire::RequestList list;
+    for (int k = 0; k < flags.tensors; ++k) {
+      list.add_cached_ids(reference.cache().Lookup(
+          GradientRequest(r, (k + r) % flags.tensors)));
+    }
+    list.SerializeToString(&lists[r]);
+  }
+  std::vector<double> us;
+  std::string out;
+  absl::flat_hash_map<int64_t, int> count;
+  for (int c = 0; c < flags.cycles; ++c) {
+    const auto t0 = std::chrono::steady_clock::now();
+    count.clear();
+    wire::RequestList list, anded;
+    for (int r = 0; r < local; ++r) {
+      list.ParseFromString(lists[r]);
+      for (int64_t id : list.cached_ids()) {
+        if (++count[id] == local) anded.add_cached_ids(id);
+      }
+    }
+    anded.SerializeToString(&out);
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 }  // namespace
 }  // namespace kolo
 
@@ -166,7 +213,8 @@ int main(int argc, char** argv) {
   kolo::Flags flags;
   if (!kolo::ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
-                 "usage: %s [--ranks 16,64,...] [--tensors N] [--cycles N]\n",
+                 "usage: %s [--ranks 16,64,...] [--tensors N] [--cycles N] "
+                 "[--cold 0|1] [--ranks-per-host N]\n",
                  argv[0]);
     return 2;
   }
@@ -175,18 +223,40 @@ int main(int argc, char** argv) {
       "cycle,\n"
       "# median of %d cycles (one process, no network)\n",
       flags.tensors, flags.cycles);
-  std::printf("# %6s | %11s %9s %9s | %11s %9s %9s | %11s | %9s\n", "ranks",
-              "steady(us)", "us/rank", "req(B)", "cold(us)", "us/rank",
-              "req(B)", "first(us)", "resp(B)");
+  std::printf(
+      "# hier: steady state negotiated by host leaders (%d ranks per host):\n"
+      "# one host's AND of its ranks' lists + the coordinator over hosts\n",
+      flags.ranks_per_host);
+  std::printf("# %6s | %11s %9s %9s | %11s %9s %9s | %11s | %9s | %9s %9s\n",
+              "ranks", "steady(us)", "us/rank", "req(B)", "cold(us)",
+              "us/rank", "req(B)", "first(us)", "resp(B)", "hier(us)",
+              "host(us)");
+  // A cache with the tensors' ids, for the host leaders' lists.
+  kolo::Coordinator reference = kolo::MakeCoordinator(1, 1024);
+  {
+    std::string response;
+    size_t responses = 0;
+    kolo::Cycle(reference, kolo::FullLists(1, flags.tensors, 0), &response,
+                &responses);
+  }
+  const double host_us = kolo::HostAnd(flags, reference);
   for (int ranks : flags.ranks) {
     double first = 0;
     const auto steady = kolo::Measure(ranks, flags, /*steady=*/true, &first);
-    const auto cold = kolo::Measure(ranks, flags, /*steady=*/false, nullptr);
+    const int hosts =
+        (ranks + flags.ranks_per_host - 1) / flags.ranks_per_host;
+    const auto over_hosts =
+        kolo::Measure(hosts, flags, /*steady=*/true, nullptr);
+    const auto cold = flags.cold
+                          ? kolo::Measure(ranks, flags, /*steady=*/false, nullptr)
+                          : kolo::CycleCost();
     std::printf(
-        "  %6d | %11.1f %9.3f %9zu | %11.1f %9.3f %9zu | %11.1f | %9zu\n",
+        "  %6d | %11.1f %9.3f %9zu | %11.1f %9.3f %9zu | %11.1f | %9zu | "
+        "%9.1f %9.1f\n",
         ranks, steady.median_us, steady.median_us / ranks,
         steady.request_bytes_per_rank, cold.median_us, cold.median_us / ranks,
-        cold.request_bytes_per_rank, first, steady.response_bytes);
+        cold.request_bytes_per_rank, first, steady.response_bytes,
+        host_us + over_hosts.median_us, host_us);
     std::fflush(stdout);
   }
   return 0;

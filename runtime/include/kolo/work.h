@@ -86,6 +86,11 @@ class WorkState {
   absl::Status WaitQuietly(absl::Duration timeout) const;
   absl::Status status() const;
   std::vector<int64_t> splits() const;
+  // A collective's result that is one number (join: the rank that joined
+  // last; creating a process set: its id), set by the runtime before it
+  // completes the Work. 0 until set.
+  void SetValue(int64_t value);
+  int64_t value() const;
 
   // Set by the runtime before the Work is handed out: Wait() first polls
   // for `spin` (Note [Spin then block] in runtime/sync/wakeup.h), and
@@ -108,6 +113,7 @@ class WorkState {
   mutable int blocked_ = 0;             // waiters on cv_, guarded by mu_
   absl::Status status_;                 // guarded by mu_
   std::vector<int64_t> splits_;         // guarded by mu_
+  int64_t value_ = 0;                   // guarded by mu_
 };
 
 }  // namespace internal
