@@ -36,7 +36,27 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
   if (cache_.graveyard_size() > 0) {  // O(ranks): only when there is work
     cache_.PruneGraveyard(*std::min_element(acked_.begin(), acked_.end()));
   }
-  const bool bits = joined_.empty() && shutdown_.empty();
+  // Note [Requests an error will take]
+  // An error response fails, on each rank, whatever entry of that name the
+  // rank holds when it executes the error's list, a request it submitted
+  // after the coordinator made the error included. Such a request (sent
+  // before the rank executed that list: its acked_seq is older, or before
+  // the list was even sent: TakeResponseList drops those) is the error's
+  // on the rank, so it must not count here, or the name would run later
+  // without that rank's entry.
+  if (!recent_errors_.empty()) {
+    const int64_t all_acked = *std::min_element(acked_.begin(), acked_.end());
+    for (auto it = recent_errors_.begin(); it != recent_errors_.end();) {
+      it = it->second <= all_acked ? recent_errors_.erase(it) : std::next(it);
+    }
+  }
+  auto taken_by_error = [&](const std::string& name) {
+    if (recent_errors_.empty()) return false;
+    auto it = recent_errors_.find(name);
+    return it != recent_errors_.end() && it->second > list.acked_seq();
+  };
+  const bool bits = config_.hits_as_bits && joined_.empty() &&
+                    shutdown_.empty() && recent_errors_.empty();
   for (int64_t id : list.cached_ids()) {
     ++cache_hits_received_;
     if (bits) {
@@ -53,12 +73,15 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
     }
     std::shared_ptr<const wire::Request> request = cache_.Find(id);
     if (!request) continue;  // Cannot happen: ids outlive every ack.
+    if (taken_by_error(request->name())) continue;
     Add(rank, std::move(request), id, now);
   }
   for (wire::Request& request : *list.mutable_requests()) {
     ++requests_received_;
     if (request.type() == wire::JOIN) {
       AddJoin(rank, now);
+    } else if (taken_by_error(request.name())) {
+      continue;
     } else {
       Add(rank, std::make_shared<const wire::Request>(std::move(request)), -1,
           now);
@@ -131,7 +154,9 @@ absl::Time Coordinator::OldestPending() const {
 // (MaterializeHit, keeping its first bit's time) whenever something only
 // the slow path handles concerns it: a full request of its name, its
 // eviction, a join, a rank's shutdown, its op time-out or stall report.
-// While some rank has joined or shut down every id takes the slow path.
+// While some rank has joined or shut down, or an error's list is not yet
+// executed everywhere (Note [Requests an error will take]), every id takes
+// the slow path.
 void Coordinator::AddHit(int rank, int64_t id, Hits& hits, absl::Time now) {
   if (hits.ranks.empty()) hits.ranks.assign((size_ + 63) / 64, 0);
   uint64_t& word = hits.ranks[rank >> 6];
@@ -432,6 +457,7 @@ void Coordinator::MaybeReady(PendingMap::iterator it,
 }
 
 void Coordinator::PushReady(Ready ready) {
+  if (!joined_.empty()) ready_while_joined_ = true;
   if (config_.timeline && config_.timeline->enabled()) {
     const std::string& name = ready.get().names(0);
     // The name of an E event is informational: it closes the last B.
@@ -586,7 +612,12 @@ wire::ResponseList Coordinator::TakeResponseList() {
   wire::ResponseList list;
   list.set_process_set(config_.process_set);
   list.set_seq(++seq_);
-  list.set_cache_frozen(!joined_.empty());
+  // A response made ready while a rank had joined (the joined rank has no
+  // request to insert) freezes its list even if the last rank has joined
+  // since (which ends the join before the list is taken).
+  list.set_cache_frozen(!joined_.empty() || ready_while_joined_);
+  ready_while_joined_ = false;
+  std::vector<std::string> errors;  // names of this list's error responses
   std::vector<const wire::Response*> singles;
   singles.reserve(ready_.size());
   for (const Ready& r : ready_) singles.push_back(&r.get());
@@ -611,6 +642,12 @@ wire::ResponseList Coordinator::TakeResponseList() {
     } else {
       *fused = FuseBucket(singles, members[b]);
     }
+    if (!data) {
+      for (const std::string& name : fused->names()) {
+        recent_errors_[name] = list.seq();
+        errors.push_back(name);
+      }
+    }
     if (list.cache_frozen()) continue;
     // Note [One cache protocol]. A member served from the cache
     // (MaybeReady) but fused with others that were not is re-inserted from
@@ -625,6 +662,13 @@ wire::ResponseList Coordinator::TakeResponseList() {
   }
   ready_.clear();
   ForgetEvictedHits();
+  // Requests of an error's name that came after the error was made are
+  // the error's too (Note [Requests an error will take]): no rank has
+  // executed this list yet.
+  for (const std::string& name : errors) {
+    auto it = pending_.find(name);
+    if (it != pending_.end()) ErasePending(it);
+  }
   return list;
 }
 

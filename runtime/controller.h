@@ -60,6 +60,9 @@ class Coordinator {
     int64_t fusion_threshold_bytes = 64 << 20;
     int cache_capacity = 1024;
     Timeline* timeline = nullptr;  // NEGOTIATE and QUEUE phases; may be null
+    // Note [Cache hits as bits]; false: every hit by the slow path (the
+    // reference that negotiation_fuzzer compares the bit path with).
+    bool hits_as_bits = true;
   };
   explicit Coordinator(Config config);
 
@@ -201,6 +204,8 @@ class Coordinator {
   std::map<std::string, std::vector<Ready>> groups_;
   std::set<int> shutdown_;
   std::set<int> joined_;
+  // Some response in ready_ was made ready while a rank had joined.
+  bool ready_while_joined_ = false;
   int last_joined_ = -1;
   int next_process_set_id_ = 1;  // global set only
   ResponseCache cache_;
@@ -212,6 +217,9 @@ class Coordinator {
   int64_t evictions_seen_ = 0;
   int64_t seq_ = 0;
   std::vector<int64_t> acked_;  // per rank
+  // Names of error responses sent -> the list's seq, until every rank has
+  // executed it (Note [Requests an error will take]).
+  std::map<std::string, int64_t> recent_errors_;
   int64_t requests_received_ = 0;
   int64_t cache_hits_received_ = 0;
 };

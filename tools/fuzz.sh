@@ -8,7 +8,7 @@ seconds="${1:-30}"
 # One clang output base per checkout (Bazel ties an output base to a
 # workspace).
 out_base="${KOLO_CLANG_OUTPUT_BASE:-$HOME/.cache/kolo-clang-$(pwd | md5sum | cut -c1-8)}"
-targets=(wire_fuzzer config_fuzzer store_fuzzer)
+targets=(wire_fuzzer negotiation_fuzzer config_fuzzer store_fuzzer)
 bazel --output_base="$out_base" build --config=fuzz --symlink_prefix=bazel-clang- \
   $(printf '//tests/fuzz:%s ' "${targets[@]}") || exit 1
 bin="$(bazel --output_base="$out_base" info --config=fuzz bazel-bin 2>/dev/null)"

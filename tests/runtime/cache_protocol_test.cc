@@ -163,5 +163,25 @@ TEST_F(CacheProtocolTest, CoordinatorAndRanksChangeTheirCachesAlike) {
   EXPECT_EQ(coordinator_.cache().size(), 3u);
 }
 
+// The last rank to join ends the join before the coordinator takes the
+// list, but the sums made ready while ranks had joined are in it: the list
+// must still change no cache (the joined ranks have no request to insert).
+// negotiation_fuzzer found this.
+TEST_F(CacheProtocolTest, SumsReadyDuringAJoinChangeNoCacheAfterItEnds) {
+  coordinator_.AddRequests(1, ranks_[1].Submit({Allreduce("x", 4)}), now_);
+  coordinator_.AddRequests(0, ranks_[0].Submit({Join()}), now_);
+  coordinator_.AddRequests(2, ranks_[2].Submit({Join()}), now_);
+  wire::ResponseList list = Step({{}, {Join()}, {}});
+  ASSERT_EQ(list.responses_size(), 2);
+  EXPECT_EQ(list.responses(0).names(0), "x");
+  EXPECT_EQ(list.responses(0).contributors(), 1);
+  EXPECT_EQ(list.responses(1).type(), wire::RESPONSE_JOIN);
+  EXPECT_TRUE(list.cache_frozen());
+  EXPECT_TRUE(coordinator_.cache().Contents().empty());
+  // The next list is not frozen: "x" enters every cache.
+  Step(Everyone({Allreduce("x", 4)}));
+  EXPECT_EQ(coordinator_.cache().size(), 1u);
+}
+
 }  // namespace
 }  // namespace kolo

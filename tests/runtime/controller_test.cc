@@ -324,6 +324,56 @@ TEST_F(SmallCacheHitsTest, AnEvictedHitMeetsTheFullRequestOfTheLastRank) {
   EXPECT_FALSE(c_.HasPartial());
 }
 
+// Note [Requests an error will take]: "t" timed out waiting for ranks 0
+// and 2; they submit it before executing the error's list, which then fails
+// their new requests on them. Those requests must not count: "t" runs again
+// only once they submit it after the error.
+TEST(Coordinator, RequestsSentBeforeTheirErrorArrivedDoNotCount) {
+  Coordinator c(Config(3));
+  c.AddRequests(1, List({Allreduce("t", {4})}), kT0);
+  c.ExpireOlderThan(absl::Seconds(1), kT0 + absl::Seconds(1));
+  wire::ResponseList error = c.TakeResponseList();
+  ASSERT_EQ(error.responses_size(), 1);
+  ASSERT_EQ(error.responses(0).type(), wire::RESPONSE_ERROR);
+  auto late = List({Allreduce("t", {4})});
+  late.set_acked_seq(0);  // sent before executing list 1
+  c.AddRequests(0, late, kT0);
+  c.AddRequests(2, late, kT0);
+  auto again = List({Allreduce("t", {4})});
+  again.set_acked_seq(error.seq());
+  c.AddRequests(1, again, kT0);
+  EXPECT_FALSE(c.HasReady());
+  c.AddRequests(0, again, kT0);
+  EXPECT_FALSE(c.HasReady());
+  c.AddRequests(2, again, kT0);
+  auto ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ALLREDUCE);
+}
+
+// The same when the late requests come before the error's list is even
+// taken: they are pending when it is sent, and it drops them.
+TEST(Coordinator, RequestsPendingWhenTheirErrorIsSentDoNotCount) {
+  Coordinator c(Config(3));
+  c.AddRequests(1, List({Allreduce("t", {4})}), kT0);
+  c.ExpireOlderThan(absl::Seconds(1), kT0 + absl::Seconds(1));
+  c.AddRequests(0, List({Allreduce("t", {4})}), kT0);
+  c.AddRequests(2, List({Allreduce("t", {4})}), kT0);
+  wire::ResponseList error = c.TakeResponseList();
+  ASSERT_EQ(error.responses_size(), 1);
+  ASSERT_EQ(error.responses(0).type(), wire::RESPONSE_ERROR);
+  EXPECT_TRUE(c.PendingNames().empty());
+  auto again = List({Allreduce("t", {4})});
+  again.set_acked_seq(error.seq());
+  c.AddRequests(1, again, kT0);
+  EXPECT_FALSE(c.HasReady());
+  c.AddRequests(0, again, kT0);
+  c.AddRequests(2, again, kT0);
+  auto ready = Take(c);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].type(), wire::RESPONSE_ALLREDUCE);
+}
+
 TEST(ResponseCache, LruEvictionKeepsEvictedIdsUntilAcked) {
   ResponseCache cache(2);
   cache.Insert(Allreduce("a", {1}), 1);

@@ -1,0 +1,203 @@
+// Fuzzes negotiation with the response cache: three ranks submit, from the
+// fuzzer's bytes, a few names in two signatures (as cache ids when their own
+// cache knows them, as the runtime does), execute the coordinator's lists
+// late or early, shut down, join; time passes and the op time-out and stall
+// inspector run. Two coordinators get the same messages: one with cache hits
+// as bits (Note [Cache hits as bits]), one that sends every hit by the slow
+// path. They must answer byte for byte the same, report the same stalls and
+// keep the same cache, and every rank's cache must stay the coordinator's.
+// Any difference aborts (a finding).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "kolo/types.h"
+#include "runtime/controller.h"
+#include "runtime/response_cache.h"
+#include "runtime/wire.pb.h"
+
+namespace {
+
+using kolo::Coordinator;
+using kolo::ResponseCache;
+namespace wire = kolo::wire;
+
+constexpr int kRanks = 3;
+constexpr int kNames = 5;
+constexpr int kCapacity = 3;  // small: evictions happen
+
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "negotiation_fuzzer: %s\n", what);
+    std::abort();
+  }
+}
+
+wire::Request Request(int rank, int name, int variant) {
+  wire::Request r;
+  r.set_rank(rank);
+  r.set_name("t" + std::to_string(name));
+  r.set_type(wire::ALLREDUCE);
+  r.set_dtype(static_cast<int>(kolo::DataType::kFloat32));
+  r.add_shape(4 + variant);
+  r.set_op(static_cast<int>(kolo::ReduceOp::kSum));
+  r.set_prescale(1);
+  r.set_postscale(1);
+  return r;
+}
+
+// A rank's side, as RuntimeImpl does it.
+struct Rank {
+  Rank() : cache(kCapacity) {}
+  ResponseCache cache;
+  std::map<std::string, wire::Request> in_flight;
+  std::deque<wire::ResponseList> lists;  // received, not yet executed
+  int64_t executed_seq = 0;
+  bool gone = false;    // shut down
+  bool joined = false;  // until the join's response
+
+  void Execute() {
+    if (lists.empty()) return;
+    const wire::ResponseList list = lists.front();
+    lists.pop_front();
+    for (const wire::Response& compact : list.responses()) {
+      wire::Response response;
+      Check(kolo::ExpandCachedResponse(cache, compact, &response),
+            "a rank's cache lost an id the coordinator sent");
+      if (response.type() == wire::RESPONSE_JOIN) joined = false;
+      std::vector<const wire::Request*> requests;
+      for (const std::string& name : response.names()) {
+        auto it = in_flight.find(name);
+        requests.push_back(it == in_flight.end() ? nullptr : &it->second);
+      }
+      if (!list.cache_frozen()) {
+        kolo::ApplyResponse(
+            cache, compact,
+            [&](int i) -> const wire::Request* { return requests[i]; }, 0);
+      }
+      for (const std::string& name : response.names()) in_flight.erase(name);
+    }
+    executed_seq = list.seq();
+  }
+};
+
+Coordinator::Config Config(bool bits) {
+  Coordinator::Config c;
+  for (int r = 0; r < kRanks; ++r) c.global_ranks.push_back(r);
+  c.cache_capacity = kCapacity;
+  c.fusion_threshold_bytes = 1 << 20;
+  c.hits_as_bits = bits;
+  return c;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Coordinator bits(Config(true)), slots(Config(false));
+  Rank ranks[kRanks];
+  absl::Time now = absl::FromUnixSeconds(1000);
+  auto send = [&](int r, const wire::RequestList& list) {
+    bits.AddRequests(r, list, now);
+    slots.AddRequests(r, list, now);
+  };
+  auto take = [&] {
+    Check(bits.HasReady() == slots.HasReady(), "HasReady differs");
+    Check(bits.HasPartial() == slots.HasPartial(), "HasPartial differs");
+    Check(bits.PendingNames() == slots.PendingNames(), "pending names differ");
+    if (!bits.HasReady()) return;
+    const wire::ResponseList a = bits.TakeResponseList();
+    const wire::ResponseList b = slots.TakeResponseList();
+    std::string sa, sb;
+    a.SerializeToString(&sa);
+    b.SerializeToString(&sb);
+    Check(sa == sb, "the response lists differ");
+    Check(bits.cache().Contents() == slots.cache().Contents(),
+          "the coordinators' caches differ");
+    for (Rank& rank : ranks) rank.lists.push_back(a);
+  };
+  for (size_t i = 0; i + 1 < size; i += 2) {
+    const int op = data[i] % 8;
+    const int arg = data[i + 1];
+    const int r = arg % kRanks;
+    Rank& rank = ranks[r];
+    switch (op) {
+      case 0:
+      case 1: {  // Submit a name in one of two signatures.
+        if (rank.gone || rank.joined) break;
+        const wire::Request request = Request(r, (arg / kRanks) % kNames,
+                                              (arg / (kRanks * kNames)) % 2);
+        if (rank.in_flight.count(request.name())) break;  // Rejected locally.
+        rank.in_flight[request.name()] = request;
+        wire::RequestList list;
+        list.set_acked_seq(rank.executed_seq);
+        const int64_t id = rank.cache.Lookup(request);
+        if (id >= 0) {
+          list.add_cached_ids(id);
+        } else {
+          *list.add_requests() = request;
+        }
+        send(r, list);
+        break;
+      }
+      case 2:  // The rank executes the oldest list it received.
+        rank.Execute();
+        break;
+      case 3:
+        take();
+        break;
+      case 4: {  // Time passes; the op time-out runs.
+        now += absl::Milliseconds(100 * (arg % 16));
+        bits.ExpireOlderThan(absl::Seconds(1), now);
+        slots.ExpireOlderThan(absl::Seconds(1), now);
+        Check(bits.NextPendingDeadline(absl::Seconds(1)) ==
+                  slots.NextPendingDeadline(absl::Seconds(1)),
+              "the next deadlines differ");
+        break;
+      }
+      case 5:
+        Check(bits.StallReport(absl::Milliseconds(500), now) ==
+                  slots.StallReport(absl::Milliseconds(500), now),
+              "the stall reports differ");
+        Check(bits.StalledPast(absl::Milliseconds(700), now) ==
+                  slots.StalledPast(absl::Milliseconds(700), now),
+              "the stall shutdown messages differ");
+        break;
+      case 6: {  // Shut down (rare: only for a high argument).
+        if (arg < 200 || rank.gone) break;
+        rank.gone = true;
+        wire::RequestList list;
+        list.set_acked_seq(rank.executed_seq);
+        list.set_shutdown(true);
+        send(r, list);
+        break;
+      }
+      case 7: {  // Join.
+        if (rank.gone || rank.joined || arg < 128) break;
+        rank.joined = true;
+        wire::Request join;
+        join.set_rank(r);
+        join.set_type(wire::JOIN);
+        join.set_name("__kolo_join__");
+        wire::RequestList list;
+        list.set_acked_seq(rank.executed_seq);
+        *list.add_requests() = join;
+        send(r, list);
+        break;
+      }
+    }
+  }
+  take();
+  for (Rank& rank : ranks) {
+    while (!rank.lists.empty()) rank.Execute();
+    Check(rank.cache.Contents() == bits.cache().Contents(),
+          "a rank's cache differs from the coordinator's");
+  }
+  return 0;
+}
