@@ -1,27 +1,19 @@
 #include "runtime/fusion.h"
 
 #include "kolo/types.h"
+#include "runtime/collectives.h"
 
 namespace kolo {
 namespace {
 
+// Note [One place per collective]: the row says which responses fuse.
 bool Compatible(const wire::Response& a, const wire::Response& b) {
   if (a.type() != b.type() || a.dtype() != b.dtype() ||
       a.device_type() != b.device_type()) {
     return false;
   }
-  switch (a.type()) {
-    case wire::RESPONSE_ALLREDUCE:
-      return a.op() == b.op() && a.prescale() == b.prescale() &&
-             a.postscale() == b.postscale() &&
-             a.contributors() == b.contributors();
-    case wire::RESPONSE_BROADCAST:
-      return a.root() == b.root();
-    case wire::RESPONSE_ALLGATHER:
-      return true;
-    default:
-      return false;
-  }
+  const CollectiveRules* rules = RulesFor(a.type());
+  return rules && rules->fuses && rules->fuses(a, b);
 }
 
 void Append(wire::Response* bucket, const wire::Response& r) {
@@ -33,17 +25,11 @@ void Append(wire::Response* bucket, const wire::Response& r) {
 }  // namespace
 
 int64_t ResponseBytes(const wire::Response& r, int world_size) {
+  const CollectiveRules* rules = RulesFor(r.type());
+  if (rules && rules->bytes) return rules->bytes(r, world_size);
   const int64_t elem = DataTypeSize(static_cast<DataType>(r.dtype()));
   int64_t bytes = 0;
-  if (r.type() == wire::RESPONSE_ALLGATHER) {
-    for (int i = 0; i < r.elements_size(); ++i) {
-      for (int k = 0; k < world_size; ++k) {
-        bytes += r.first_dims(i * world_size + k) * r.elements(i) * elem;
-      }
-    }
-  } else {
-    for (int64_t e : r.elements()) bytes += e * elem;
-  }
+  for (int64_t e : r.elements()) bytes += e * elem;
   return bytes;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/collectives.h"
 #include "runtime/validation.h"
 
 namespace kolo {
@@ -42,8 +43,8 @@ bool SameRequest(const wire::Request& a, const wire::Request& b) {
 }
 
 bool ResponseCache::Cacheable(const wire::Request& r) {
-  return (r.type() == wire::ALLREDUCE || r.type() == wire::BROADCAST) &&
-         r.group().empty();
+  const CollectiveRules* rules = RulesFor(r.type());
+  return rules && rules->cacheable && r.group().empty();
 }
 
 int64_t ResponseCache::Lookup(const wire::Request& request) const {

@@ -1,4 +1,5 @@
 #include "runtime/timeline.h"
+#include "runtime/collectives.h"
 
 #include "runtime/wire.pb.h"
 
@@ -25,30 +26,17 @@ std::string Escape(const std::string& s) {
 
 }  // namespace
 
+// Note [One place per collective]: the phases are the collective's row.
 const char* NegotiatePhase(int request_type) {
-  switch (request_type) {
-    case wire::ALLREDUCE: return "NEGOTIATE_ALLREDUCE";
-    case wire::ALLGATHER: return "NEGOTIATE_ALLGATHER";
-    case wire::BROADCAST: return "NEGOTIATE_BROADCAST";
-    case wire::ALLTOALL: return "NEGOTIATE_ALLTOALL";
-    case wire::REDUCESCATTER: return "NEGOTIATE_REDUCESCATTER";
-    case wire::BARRIER: return "NEGOTIATE_BARRIER";
-    case wire::JOIN: return "NEGOTIATE_JOIN";
-    default: return "NEGOTIATE";
-  }
+  const CollectiveRules* rules =
+      RulesFor(static_cast<wire::CollectiveType>(request_type));
+  return rules ? rules->negotiate_phase : "NEGOTIATE";
 }
 
 const char* OperationPhase(int response_type) {
-  switch (response_type) {
-    case wire::RESPONSE_ALLREDUCE: return "ALLREDUCE";
-    case wire::RESPONSE_ALLGATHER: return "ALLGATHER";
-    case wire::RESPONSE_BROADCAST: return "BROADCAST";
-    case wire::RESPONSE_ALLTOALL: return "ALLTOALL";
-    case wire::RESPONSE_REDUCESCATTER: return "REDUCESCATTER";
-    case wire::RESPONSE_BARRIER: return "BARRIER";
-    case wire::RESPONSE_JOIN: return "JOIN";
-    default: return nullptr;  // not run by an executor (process sets)
-  }
+  const CollectiveRules* rules =
+      RulesFor(static_cast<wire::ResponseType>(response_type));
+  return rules ? rules->operation_phase : nullptr;
 }
 
 absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
