@@ -159,6 +159,9 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   if (!queue_.has_new_requests() && !send_shutdown) return;
   std::map<int, wire::RequestList> lists;
   std::map<int, std::shared_ptr<ProcessSetState>> sets;
+  // Per set: the cache ids to send (as bits where dense: AddCacheHits).
+  std::map<int, std::vector<int64_t>>& hits = hits_to_send_;
+  for (auto& [id, ids] : hits) ids.clear();
   {
     std::lock_guard<std::mutex> lock(sets_mu_);
     sets.insert(sets_.begin(), sets_.end());
@@ -171,13 +174,16 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     if (r.type() == wire::JOIN) joined_ = true;
     const int64_t id = set.cache->Lookup(r);
     if (id >= 0) {
-      list.add_cached_ids(id);
+      hits[r.process_set()].push_back(id);
       ++counters_.cache_hits_sent;
     } else {
       *list.add_requests() = r;
       ++counters_.requests_sent;
     }
   });
+  for (auto& [id, ids] : hits) {
+    if (!ids.empty()) AddCacheHits(&ids, &lists[id]);
+  }
   if (send_shutdown) {
     // Leaving the job leaves every set: their coordinators fail whatever
     // this rank never submitted.
@@ -239,12 +245,9 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     }
     if (options_.stall_shutdown_time > absl::ZeroDuration()) {
       if (auto stalled = c.StalledPast(options_.stall_shutdown_time, now)) {
-        wire::ControlMessage message;
-        message.mutable_job_failed()->set_code(
-            static_cast<int>(absl::StatusCode::kDeadlineExceeded));
-        message.mutable_job_failed()->set_message(*stalled);
-        if (control_) control_->Broadcast(message).IgnoreError();
-        Fatal(absl::DeadlineExceededError(*stalled));
+        const absl::Status status = absl::DeadlineExceededError(*stalled);
+        if (control_) control_->FailJob(status).IgnoreError();
+        Fatal(status);
         return;
       }
       *next_wakeup = std::min(

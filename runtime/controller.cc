@@ -24,6 +24,7 @@ Coordinator::Coordinator(Config config)
     : config_(std::move(config)),
       size_(static_cast<int>(config_.global_ranks.size())),
       cache_(config_.cache_capacity),
+      hits_(config_.cache_capacity),
       acked_(size_, 0) {}
 
 std::string Coordinator::RankLabel(int rank) const {
@@ -57,25 +58,23 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
   };
   const bool bits = config_.hits_as_bits && joined_.empty() &&
                     shutdown_.empty() && recent_errors_.empty();
-  for (int64_t id : list.cached_ids()) {
+  ForEachCacheHit(list, [&](int64_t id) {
     ++cache_hits_received_;
     if (bits) {
-      // One lookup in steady state: an id in hits_ that is not slow is
-      // current (ForgetEvictedHits drops the others).
-      auto it = hits_.find(id);
-      if (it == hits_.end() && cache_.IsCurrent(id)) {
-        it = hits_.try_emplace(id).first;
-      }
-      if (it != hits_.end() && !it->second.slow) {
-        AddHit(rank, id, it->second, now);
-        continue;
+      // One subtraction in steady state: an id in hits_ that is not slow
+      // is current (ForgetEvictedHits drops the others).
+      Hits* hits = hits_.Find(id);
+      if (!hits && cache_.IsCurrent(id)) hits = &hits_.Get(id);
+      if (hits && !hits->slow) {
+        AddHit(rank, id, *hits, now);
+        return;
       }
     }
     std::shared_ptr<const wire::Request> request = cache_.Find(id);
-    if (!request) continue;  // Cannot happen: ids outlive every ack.
-    if (taken_by_error(request->name())) continue;
+    if (!request) return;  // Cannot happen: ids outlive every ack.
+    if (taken_by_error(request->name())) return;
     Add(rank, std::move(request), id, now);
-  }
+  });
   for (wire::Request& request : *list.mutable_requests()) {
     ++requests_received_;
     if (request.type() == wire::JOIN) {
@@ -115,10 +114,10 @@ std::vector<absl::string_view> Coordinator::SortedPendingNames() const {
 
 void Coordinator::ErasePending(PendingMap::iterator it) {
   if (it->second.hit_id >= 0) {
-    auto hits = hits_.find(it->second.hit_id);
-    if (hits != hits_.end()) {
-      hits->second.slow = false;
-      if (!cache_.IsCurrent(hits->first)) hits_.erase(hits);
+    const int64_t id = it->second.hit_id;
+    if (Hits* hits = hits_.Find(id)) {
+      hits->slow = false;
+      if (!cache_.IsCurrent(id)) hits_.Erase(id);
     }
   }
   if (it->second.stall_reported) --stall_reported_;
@@ -157,22 +156,32 @@ absl::Time Coordinator::OldestPending() const {
 // While some rank has joined or shut down, or an error's list is not yet
 // executed everywhere (Note [Requests an error will take]), every id takes
 // the slow path.
-void Coordinator::AddHit(int rank, int64_t id, Hits& hits, absl::Time now) {
-  if (hits.ranks.empty()) hits.ranks.assign((size_ + 63) / 64, 0);
+// (The common case, a bit set and counted, stays small enough to be
+// inlined; the first bit of a round and the last go out of line.)
+inline void Coordinator::AddHit(int rank, int64_t id, Hits& hits,
+                                absl::Time now) {
+  if (ABSL_PREDICT_FALSE(hits.ranks.empty())) {
+    hits.ranks.assign((size_ + 63) / 64, 0);
+  }
   uint64_t& word = hits.ranks[rank >> 6];
   const uint64_t bit = uint64_t{1} << (rank & 63);
   if (word & bit) return;  // Sent twice: its queue rejected the second.
   word |= bit;
-  if (hits.count++ == 0) {
-    hits.first_seen = now;
-    ++partial_hits_;
-    hits_oldest_ = std::min(hits_oldest_, now);
-    if (config_.timeline && config_.timeline->enabled()) {
-      const std::shared_ptr<const wire::Request> request = cache_.Find(id);
-      config_.timeline->Begin(request->name(), NegotiatePhase(request->type()));
-    }
+  if (ABSL_PREDICT_FALSE(hits.count++ == 0)) FirstHit(id, hits, now);
+  if (ABSL_PREDICT_FALSE(hits.count == size_)) HitEverywhere(id, hits, now);
+}
+
+void Coordinator::FirstHit(int64_t id, Hits& hits, absl::Time now) {
+  hits.first_seen = now;
+  ++partial_hits_;
+  hits_oldest_ = std::min(hits_oldest_, now);
+  if (config_.timeline && config_.timeline->enabled()) {
+    const std::shared_ptr<const wire::Request> request = cache_.Find(id);
+    config_.timeline->Begin(request->name(), NegotiatePhase(request->type()));
   }
-  if (hits.count < size_) return;
+}
+
+void Coordinator::HitEverywhere(int64_t id, Hits& hits, absl::Time now) {
   Ready ready;
   ready.ready_at = now;
   ready.cache_id = id;
@@ -211,14 +220,11 @@ void Coordinator::MaterializeHit(int64_t id, Hits& hits) {
 
 void Coordinator::MaterializeHits() {
   if (partial_hits_ == 0) return;
-  std::vector<int64_t> ids;
-  for (const auto& [id, hits] : hits_) {
-    if (hits.count > 0) ids.push_back(id);
-  }
-  std::sort(ids.begin(), ids.end());  // An order that does not hash.
+  const std::vector<int64_t> ids =
+      hits_.Ids([](const Hits& h) { return h.count > 0; });
   for (int64_t id : ids) {
-    auto it = hits_.find(id);  // (An earlier one's Add may have erased it.)
-    if (it != hits_.end()) MaterializeHit(id, it->second);
+    // (An earlier one's Add may have erased it.)
+    if (Hits* hits = hits_.Find(id)) MaterializeHit(id, *hits);
   }
 }
 
@@ -226,26 +232,59 @@ void Coordinator::ForgetEvictedHits() {
   if (cache_.evictions() == evictions_seen_) return;
   evictions_seen_ = cache_.evictions();
   std::vector<int64_t> evicted;
-  for (const auto& [id, hits] : hits_) {
+  for (int64_t id : hits_.Ids([](const Hits&) { return true; })) {
     if (!cache_.IsCurrent(id)) evicted.push_back(id);
   }
-  std::sort(evicted.begin(), evicted.end());
   for (int64_t id : evicted) {
-    auto it = hits_.find(id);
-    MaterializeHit(id, it->second);
-    // Re-found: Add() may have touched hits_.
-    it = hits_.find(id);
-    if (it != hits_.end() && !it->second.slow) hits_.erase(it);
+    Hits* hits = hits_.Find(id);
+    if (!hits) continue;  // (Erased by an earlier one's Add.)
+    MaterializeHit(id, *hits);
+    hits = hits_.Find(id);
+    if (hits && !hits->slow) hits_.Erase(id);
   }
+}
+
+Coordinator::Hits* Coordinator::HitTable::FindInMap(int64_t id) {
+  auto it = others_.find(id);
+  return it == others_.end() ? nullptr : &it->second;
+}
+
+Coordinator::Hits& Coordinator::HitTable::Get(int64_t id) {
+  if (Hits* h = Find(id)) return *h;
+  if (base_ < 0 && !window_.empty() && id >= 0) base_ = id;
+  if (base_ >= 0 && id >= base_ &&
+      static_cast<uint64_t>(id - base_) < window_.size()) {
+    Hits& h = window_[id - base_];
+    h.present = true;
+    ++in_window_;
+    return h;
+  }
+  return others_[id];
+}
+
+void Coordinator::HitTable::Erase(int64_t id) {
+  if (base_ >= 0 && id >= base_ &&
+      static_cast<uint64_t>(id - base_) < window_.size()) {
+    Hits& h = window_[id - base_];
+    if (h.present) {
+      h = Hits();
+      // An empty window starts again from the next id it is asked for
+      // (the ids have moved on).
+      if (--in_window_ == 0) base_ = -1;
+      return;
+    }
+  }
+  others_.erase(id);
 }
 
 absl::Time Coordinator::OldestHit() const {
   if (partial_hits_ == 0) return absl::InfiniteFuture();
   if (hits_oldest_stale_) {
     hits_oldest_ = absl::InfiniteFuture();
-    for (const auto& [id, hits] : hits_) {
-      if (hits.count > 0) hits_oldest_ = std::min(hits_oldest_, hits.first_seen);
-    }
+    hits_.Ids([&](const Hits& h) {
+      if (h.count > 0) hits_oldest_ = std::min(hits_oldest_, h.first_seen);
+      return false;
+    });
     hits_oldest_stale_ = false;
   }
   return hits_oldest_;
@@ -258,10 +297,8 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
   // bits]).
   const int64_t current_id = cache_.IdOf(request->name());
   if (current_id >= 0) {
-    auto hits = hits_.find(current_id);
-    if (hits != hits_.end() && hits->second.count > 0) {
-      MaterializeHit(current_id, hits->second);
-    }
+    Hits* hits = hits_.Find(current_id);
+    if (hits && hits->count > 0) MaterializeHit(current_id, *hits);
   }
   // The key views the name inside `request`, which the entry keeps alive
   // (by_rank[rank] below; a slot is never reassigned).
@@ -277,7 +314,7 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
     }
     if (current_id >= 0) {
       p.hit_id = current_id;
-      hits_[current_id].slow = true;
+      hits_.Get(current_id).slow = true;
     }
   }
   if (inserted && request->type() == wire::ADD_MEMBER_PROCESS_SET) {
@@ -675,8 +712,7 @@ wire::ResponseList Coordinator::TakeResponseList() {
 std::vector<std::string> Coordinator::PendingNames() const {
   std::vector<std::string> names;
   for (absl::string_view name : SortedPendingNames()) names.emplace_back(name);
-  for (const auto& [id, hits] : hits_) {
-    if (hits.count == 0) continue;
+  for (int64_t id : hits_.Ids([](const Hits& h) { return h.count > 0; })) {
     if (auto request = cache_.Find(id)) names.push_back(request->name());
   }
   std::sort(names.begin(), names.end());

@@ -41,7 +41,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/optimization.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -136,6 +138,50 @@ class Coordinator {
     absl::Time first_seen;                   // the first bit of this round
     // The id's name is pending on the slow path: its hits go there too.
     bool slow = false;
+    bool present = false;  // (HitTable's window: the entry exists)
+  };
+  // Cache id -> Hits. The ids of a model's tensors are neighbours (the
+  // cache numbers them as they come), so ids in a window of 4x the cache's
+  // capacity from the first one live in a vector found by subtraction, the
+  // others (after much churn) in a map. Entries never move (the window is
+  // allocated once, the map's nodes are stable): a Hits& stays valid until
+  // its entry is erased.
+  class HitTable {
+   public:
+    explicit HitTable(int capacity)
+        : window_(capacity > 0 ? static_cast<size_t>(4) * capacity : 0) {}
+    Hits* Find(int64_t id) {
+      if (base_ >= 0 && id >= base_ &&
+          static_cast<uint64_t>(id - base_) < window_.size()) {
+        Hits& h = window_[id - base_];
+        if (h.present) return &h;
+      }
+      // (Also for an id in the window's range: the map may hold it from
+      // before the window moved.)
+      return others_.empty() ? nullptr : FindInMap(id);
+    }
+    Hits& Get(int64_t id);  // Creates the entry if absent.
+    void Erase(int64_t id);
+    // Ids of the entries, ascending, that satisfy `keep`.
+    template <typename Keep>
+    std::vector<int64_t> Ids(Keep&& keep) const {
+      std::vector<int64_t> ids;
+      for (size_t i = 0; i < window_.size(); ++i) {
+        if (window_[i].present && keep(window_[i])) ids.push_back(base_ + i);
+      }
+      for (const auto& [id, h] : others_) {
+        if (keep(h)) ids.push_back(id);
+      }
+      std::sort(ids.begin(), ids.end());
+      return ids;
+    }
+
+   private:
+    Hits* FindInMap(int64_t id);
+    std::vector<Hits> window_;
+    int64_t base_ = -1;  // id of window_[0]; -1: no entry in the window
+    int in_window_ = 0;
+    absl::node_hash_map<int64_t, Hits> others_;
   };
   struct Ready {
     // The response: the cache's own when every rank sent the same current
@@ -155,6 +201,8 @@ class Coordinator {
   // The bit path: rank `rank` sent current id `id`, which is not pending
   // on the slow path and nobody has joined or shut down.
   void AddHit(int rank, int64_t id, Hits& hits, absl::Time now);
+  void FirstHit(int64_t id, Hits& hits, absl::Time now);
+  void HitEverywhere(int64_t id, Hits& hits, absl::Time now);
   // Moves a partly sent id to the slow path (a Pending entry with a slot
   // per rank), for what only the slow path handles: a full request of
   // the name, eviction, a join, a shutdown, a time-out or stall report.
@@ -210,7 +258,7 @@ class Coordinator {
   int next_process_set_id_ = 1;  // global set only
   ResponseCache cache_;
   // Cache id -> its hits. An entry that is not slow is a current id.
-  absl::flat_hash_map<int64_t, Hits> hits_;
+  HitTable hits_;
   int partial_hits_ = 0;
   mutable absl::Time hits_oldest_ = absl::InfiniteFuture();  // see OldestHit
   mutable bool hits_oldest_stale_ = false;

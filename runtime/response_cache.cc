@@ -154,6 +154,31 @@ bool ExpandCachedResponse(const ResponseCache& cache,
   return true;
 }
 
+void AddCacheHits(std::vector<int64_t>* ids, wire::RequestList* list,
+                  HitEncoding encoding) {
+  if (ids->empty()) return;
+  std::sort(ids->begin(), ids->end());
+  const int64_t first = ids->front();
+  const uint64_t span = static_cast<uint64_t>(ids->back() - first) + 1;
+  // Bits: 8 bytes per 64 ids of the span; a list: a tag and about one or
+  // two bytes per id. Bits when they are not bigger (and a few ids).
+  const uint64_t words = (span + 63) / 64;
+  const bool compact_list =
+      ids->size() < 8 || words * 8 > ids->size() * 2;
+  if (first < 0 || encoding == HitEncoding::kList ||
+      (encoding == HitEncoding::kCompact && compact_list)) {
+    for (int64_t id : *ids) list->add_cached_ids(id);
+    return;
+  }
+  list->set_hit_base(first);
+  list->mutable_hit_bits()->Resize(static_cast<int>(words), 0);
+  uint64_t* bits = list->mutable_hit_bits()->mutable_data();
+  for (int64_t id : *ids) {
+    const uint64_t k = static_cast<uint64_t>(id - first);
+    bits[k / 64] |= uint64_t{1} << (k % 64);
+  }
+}
+
 void ResponseCache::PruneGraveyard(int64_t acked_seq) {
   for (auto it = graveyard_.begin(); it != graveyard_.end();) {
     if (it->second.second <= acked_seq) {

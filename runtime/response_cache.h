@@ -60,6 +60,19 @@ template <typename RequestOf>
 void ApplyResponse(ResponseCache& cache, const wire::Response& response,
                    RequestOf&& request_of, int64_t seq);
 
+// Adds cache ids to a request list. kCompact (what the runtime sends): as
+// bits when there are a few and they are dense enough that the bits take
+// no more room than the ids would (a training step's gradients have
+// neighbouring ids), else as a list; kBits, kList: that way (tests). `ids`
+// may be reordered.
+enum class HitEncoding { kCompact, kBits, kList };
+void AddCacheHits(std::vector<int64_t>* ids, wire::RequestList* list,
+                  HitEncoding encoding = HitEncoding::kCompact);
+// Calls fn(id) for each cache id of `list`, the list's first, then the
+// bits' in ascending order. Ids out of range (a hostile base) are skipped.
+template <typename Fn>
+void ForEachCacheHit(const wire::RequestList& list, Fn&& fn);
+
 // Rebuilds a response that travelled as cache ids into `out` (whose storage
 // it reuses; a response without ids is copied); false if an id is unknown
 // (the caches diverged).
@@ -129,6 +142,23 @@ class ResponseCache {
 // wire would). controller_test checks that every field of wire::Request is
 // compared, so a new field cannot be forgotten here.
 bool SameRequest(const wire::Request& a, const wire::Request& b);
+
+template <typename Fn>
+void ForEachCacheHit(const wire::RequestList& list, Fn&& fn) {
+  for (int64_t id : list.cached_ids()) fn(id);
+  if (list.hit_bits_size() == 0 || list.hit_base() < 0) return;
+  const uint64_t base = static_cast<uint64_t>(list.hit_base());
+  for (int w = 0; w < list.hit_bits_size(); ++w) {
+    uint64_t word = list.hit_bits(w);
+    while (word) {
+      const uint64_t id = base + 64 * static_cast<uint64_t>(w) +
+                          static_cast<uint64_t>(__builtin_ctzll(word));
+      word &= word - 1;
+      if (id < base || id > static_cast<uint64_t>(INT64_MAX)) return;
+      fn(static_cast<int64_t>(id));
+    }
+  }
+}
 
 template <typename RequestOf>
 void ApplyResponse(ResponseCache& cache, const wire::Response& response,

@@ -184,6 +184,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   bool joined_ = false;         // background thread only
   // A response that travelled as cache ids, rebuilt (background thread).
   wire::Response expanded_;
+  // SendRequests: per process set, the cache ids of one pass (storage kept
+  // from pass to pass). Background thread only.
+  std::map<int, std::vector<int64_t>> hits_to_send_;
 
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},

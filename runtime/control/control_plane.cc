@@ -536,6 +536,14 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
   return s;
 }
 
+absl::Status ControlPlane::FailJob(const absl::Status& status) {
+  lost_reported_ = true;  // Before the first rank can act on the message.
+  wire::ControlMessage message;
+  message.mutable_job_failed()->set_code(static_cast<int>(status.code()));
+  message.mutable_job_failed()->set_message(std::string(status.message()));
+  return Broadcast(message);
+}
+
 absl::Status ControlPlane::Broadcast(const wire::ControlMessage& m) {
   std::vector<int> all;
   for (int r = 1; r < size_; ++r) all.push_back(r);

@@ -85,6 +85,11 @@ class ControlPlane {
   // Coordinator: to the given ranks (rank 0 itself is skipped).
   absl::Status SendTo(const std::vector<int>& ranks,
                       const wire::ControlMessage& message);
+  // Coordinator: ends the job on every rank with `status` (JobFailed). From
+  // now on a peer that closes its connection is not reported as lost: a
+  // rank that exits on this message must not become every other rank's
+  // cause instead of `status`.
+  absl::Status FailJob(const absl::Status& status);
 
   // Every rank on one host: moves request and response lists to a shared
   // segment (Note [Control over shared memory] in shm_ring.h). Every rank

@@ -137,9 +137,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         rank.in_flight[request.name()] = request;
         wire::RequestList list;
         list.set_acked_seq(rank.executed_seq);
-        const int64_t id = rank.cache.Lookup(request);
-        if (id >= 0) {
-          list.add_cached_ids(id);
+        std::vector<int64_t> id = {rank.cache.Lookup(request)};
+        if (id[0] >= 0) {
+          // Op 1 sends it as bits (one word), op 0 as a list.
+          kolo::AddCacheHits(&id, &list,
+                             op == 1 ? kolo::HitEncoding::kBits
+                                     : kolo::HitEncoding::kList);
         } else {
           *list.add_requests() = request;
         }

@@ -216,6 +216,53 @@ TEST_F(CacheHitsTest, SteadyStateHitsTakeNoSlotAndRunFromTheCache) {
   }
 }
 
+// The ids of a step travel as bits (AddCacheHits picks bits when they are
+// dense): the same negotiation as the list, and a hostile base costs
+// nothing.
+TEST_F(CacheHitsTest, HitsAsBitsOnTheWireNegotiateLikeTheList) {
+  std::vector<int64_t> ids = {b_, a_};
+  wire::RequestList bits;
+  AddCacheHits(&ids, &bits, HitEncoding::kBits);
+  EXPECT_EQ(bits.cached_ids_size(), 0);
+  ASSERT_EQ(bits.hit_bits_size(), 1);
+  std::vector<int64_t> read;
+  ForEachCacheHit(bits, [&](int64_t id) { read.push_back(id); });
+  EXPECT_EQ(read, (std::vector<int64_t>{a_, b_}));
+  c_.AddRequests(0, bits, kT0);
+  c_.AddRequests(1, Ids({a_, b_}), kT0);  // one rank as a list
+  EXPECT_FALSE(c_.HasReady());
+  c_.AddRequests(2, bits, kT0);
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_THAT(ready[0].cache_ids(), ::testing::ElementsAre(a_));
+
+  wire::RequestList hostile;
+  hostile.set_hit_base(INT64_MAX - 3);
+  hostile.add_hit_bits(~uint64_t{0});
+  int seen = 0;
+  ForEachCacheHit(hostile, [&](int64_t id) {
+    EXPECT_GE(id, INT64_MAX - 3);
+    ++seen;
+  });
+  EXPECT_EQ(seen, 4);  // up to INT64_MAX, no overflow
+  c_.AddRequests(0, hostile, kT0);
+  EXPECT_FALSE(c_.HasPartial());  // unknown ids: nothing pending
+
+  // Compact (the runtime's choice): a few neighbouring ids go as bits,
+  // scattered ones as a list.
+  std::vector<int64_t> dense;
+  for (int64_t i = 100; i < 200; ++i) dense.push_back(i);
+  wire::RequestList step;
+  AddCacheHits(&dense, &step);
+  EXPECT_EQ(step.hit_bits_size(), 2);
+  EXPECT_EQ(step.cached_ids_size(), 0);
+  std::vector<int64_t> scattered = {1, 1000, 100000, 5, 7, 9, 11, 13};
+  wire::RequestList sparse;
+  AddCacheHits(&scattered, &sparse);
+  EXPECT_EQ(sparse.hit_bits_size(), 0);
+  EXPECT_EQ(sparse.cached_ids_size(), 8);
+}
+
 TEST_F(CacheHitsTest, APartlySentHitTimesOutNamingTheRankThatDidNotSendIt) {
   c_.AddRequests(0, Ids({a_}), kT0);
   c_.AddRequests(2, Ids({a_}), kT0 + absl::Seconds(1));

@@ -10,7 +10,8 @@
 // the ResponseList that goes back to every rank.
 //
 //   bazel-bin/tools/bench/negotiation_bench [--ranks 16,64,256,1024,4096]
-//       [--tensors 100] [--cycles 20] [--cold 0|1]
+//       [--tensors 100] [--cycles 20] [--cold 0|1] [--ranks-per-host 8]
+//       [--hits auto|list]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +35,7 @@ struct Flags {
   int cycles = 20;
   bool cold = true;  // --cold 0: steady state only (for a profiler)
   int ranks_per_host = 8;
+  bool hits_as_list = false;  // --hits list: ids as a list, never bits
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -48,6 +50,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       }
     } else if (arg == "--tensors") {
       if (!absl::SimpleAtoi(value, &f->tensors) || f->tensors < 1) return false;
+    } else if (arg == "--hits") {
+      if (value != "list" && value != "auto") return false;
+      f->hits_as_list = value == "list";
     } else if (arg == "--cold") {
       if (value != "0" && value != "1") return false;
       f->cold = value == "1";
@@ -143,6 +148,7 @@ CycleCost Measure(int ranks, const Flags& flags, bool steady,
     for (int r = 0; r < ranks; ++r) {
       wire::RequestList list;
       list.set_acked_seq(seq);
+      std::vector<int64_t> ids;
       for (int k = 0; k < flags.tensors; ++k) {
         const int64_t id = coordinator.cache().Lookup(
             GradientRequest(r, (k + r) % flags.tensors));
@@ -150,7 +156,13 @@ CycleCost Measure(int ranks, const Flags& flags, bool steady,
           std::fprintf(stderr, "negotiation_bench: tensor not cached\n");
           std::exit(1);
         }
-        list.add_cached_ids(id);
+        ids.push_back(id);
+      }
+      // As the runtime sends them (bits where dense), or as a list.
+      if (flags.hits_as_list) {
+        for (int64_t id : ids) list.add_cached_ids(id);
+      } else {
+        AddCacheHits(&ids, &list);
       }
       list.SerializeToString(&lists[r]);
     }
@@ -179,9 +191,15 @@ double HostAnd(const Flags& flags, Coordinator& reference) {
   std::vector<std::string> lists(local);
   for (int r = 0; r < local; ++r) {
     wire::RequestList list;
+    std::vector<int64_t> ids;
     for (int k = 0; k < flags.tensors; ++k) {
-      list.add_cached_ids(reference.cache().Lookup(
+      ids.push_back(reference.cache().Lookup(
           GradientRequest(r, (k + r) % flags.tensors)));
+    }
+    if (flags.hits_as_list) {
+      for (int64_t id : ids) list.add_cached_ids(id);
+    } else {
+      AddCacheHits(&ids, &list);
     }
     list.SerializeToString(&lists[r]);
   }
@@ -190,13 +208,32 @@ double HostAnd(const Flags& flags, Coordinator& reference) {
   absl::flat_hash_map<int64_t, int> count;
   for (int c = 0; c < flags.cycles; ++c) {
     const auto t0 = std::chrono::steady_clock::now();
-    count.clear();
     wire::RequestList list, anded;
-    for (int r = 0; r < local; ++r) {
-      list.ParseFromString(lists[r]);
-      for (int64_t id : list.cached_ids()) {
-        if (++count[id] == local) anded.add_cached_ids(id);
+    list.ParseFromString(lists[0]);
+    bool words = list.cached_ids_size() == 0;
+    if (words) {  // The local ranks' bit vectors ANDed word by word.
+      anded = list;
+      for (int r = 1; r < local && words; ++r) {
+        list.ParseFromString(lists[r]);
+        words = list.cached_ids_size() == 0 &&
+                list.hit_base() == anded.hit_base() &&
+                list.hit_bits_size() == anded.hit_bits_size();
+        for (int w = 0; words && w < list.hit_bits_size(); ++w) {
+          anded.set_hit_bits(w, anded.hit_bits(w) & list.hit_bits(w));
+        }
       }
+    }
+    if (!words) {  // Ids as lists (or bits of different spans): counted.
+      count.clear();
+      anded.Clear();
+      std::vector<int64_t> all;
+      for (int r = 0; r < local; ++r) {
+        list.ParseFromString(lists[r]);
+        ForEachCacheHit(list, [&](int64_t id) {
+          if (++count[id] == local) all.push_back(id);
+        });
+      }
+      AddCacheHits(&all, &anded);
     }
     anded.SerializeToString(&out);
     const auto t1 = std::chrono::steady_clock::now();
@@ -214,7 +251,7 @@ int main(int argc, char** argv) {
   if (!kolo::ParseFlags(argc, argv, &flags)) {
     std::fprintf(stderr,
                  "usage: %s [--ranks 16,64,...] [--tensors N] [--cycles N] "
-                 "[--cold 0|1] [--ranks-per-host N]\n",
+                 "[--cold 0|1] [--ranks-per-host N] [--hits auto|list]\n",
                  argv[0]);
     return 2;
   }
