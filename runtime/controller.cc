@@ -254,9 +254,11 @@ Coordinator::Hits& Coordinator::HitTable::Get(int64_t id) {
   if (base_ < 0 && !window_.empty() && id >= 0) base_ = id;
   if (base_ >= 0 && id >= base_ &&
       static_cast<uint64_t>(id - base_) < window_.size()) {
-    Hits& h = window_[id - base_];
+    const size_t i = static_cast<size_t>(id - base_);
+    Hits& h = window_[i];
     h.present = true;
     ++in_window_;
+    used_ = std::max(used_, i + 1);
     return h;
   }
   return others_[id];
@@ -270,7 +272,10 @@ void Coordinator::HitTable::Erase(int64_t id) {
       h = Hits();
       // An empty window starts again from the next id it is asked for
       // (the ids have moved on).
-      if (--in_window_ == 0) base_ = -1;
+      if (--in_window_ == 0) {
+        base_ = -1;
+        used_ = 0;
+      }
       return;
     }
   }

@@ -166,7 +166,7 @@ class Coordinator {
     template <typename Keep>
     std::vector<int64_t> Ids(Keep&& keep) const {
       std::vector<int64_t> ids;
-      for (size_t i = 0; i < window_.size(); ++i) {
+      for (size_t i = 0; i < used_; ++i) {
         if (window_[i].present && keep(window_[i])) ids.push_back(base_ + i);
       }
       for (const auto& [id, h] : others_) {
@@ -181,6 +181,7 @@ class Coordinator {
     std::vector<Hits> window_;
     int64_t base_ = -1;  // id of window_[0]; -1: no entry in the window
     int in_window_ = 0;
+    size_t used_ = 0;  // window_[used_...] never held an entry since base_
     absl::node_hash_map<int64_t, Hits> others_;
   };
   struct Ready {
