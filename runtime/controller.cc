@@ -251,6 +251,7 @@ Coordinator::Hits* Coordinator::HitTable::FindInMap(int64_t id) {
 
 Coordinator::Hits& Coordinator::HitTable::Get(int64_t id) {
   if (Hits* h = Find(id)) return *h;
+  if (window_.empty() && window_size_ > 0) window_.resize(window_size_);
   if (base_ < 0 && !window_.empty() && id >= 0) base_ = id;
   if (base_ >= 0 && id >= base_ &&
       static_cast<uint64_t>(id - base_) < window_.size()) {
@@ -380,15 +381,13 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
   p.cache_id[rank] = cache_id;
   ++p.count;
   // A name that a departed rank never submitted can never become ready.
-  std::vector<std::string> gone;
+  std::vector<int> gone;
   for (int r : shutdown_) {
-    if (!p.by_rank[r] && Awaits(p, r)) gone.push_back(RankLabel(r));
+    if (!p.by_rank[r] && Awaits(p, r)) gone.push_back(config_.global_ranks[r]);
   }
   if (!gone.empty()) {
     FailPending(it->first, p, absl::StatusCode::kAborted,
-                absl::StrCat(gone.size() == 1 ? "rank " : "ranks ",
-                             absl::StrJoin(gone, ", "),
-                             " shut down without submitting it"),
+                absl::StrCat(RankList(gone), " shut down without submitting it"),
                 now);
     ErasePending(it);
     return;
@@ -546,14 +545,13 @@ void Coordinator::PushReady(Ready ready) {
 }
 
 std::string Coordinator::RanksWhere(const Pending& p, bool submitted) const {
-  std::vector<std::string> ranks;
+  std::vector<int> ranks;
   for (int r = 0; r < size_; ++r) {
     if ((p.by_rank[r] != nullptr) == submitted && (submitted || Awaits(p, r))) {
-      ranks.push_back(RankLabel(r));
+      ranks.push_back(config_.global_ranks[r]);
     }
   }
-  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
-                      absl::StrJoin(ranks, ", "));
+  return RankList(ranks);
 }
 
 void Coordinator::FailPending(absl::string_view name, const Pending& p,

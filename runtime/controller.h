@@ -144,12 +144,13 @@ class Coordinator {
   // cache numbers them as they come), so ids in a window of 4x the cache's
   // capacity from the first one live in a vector found by subtraction, the
   // others (after much churn) in a map. Entries never move (the window is
-  // allocated once, the map's nodes are stable): a Hits& stays valid until
-  // its entry is erased.
+  // allocated once, at the first hit: a process set that never hits costs
+  // nothing; the map's nodes are stable): a Hits& stays valid until its
+  // entry is erased.
   class HitTable {
    public:
     explicit HitTable(int capacity)
-        : window_(capacity > 0 ? static_cast<size_t>(4) * capacity : 0) {}
+        : window_size_(capacity > 0 ? static_cast<size_t>(4) * capacity : 0) {}
     Hits* Find(int64_t id) {
       if (base_ >= 0 && id >= base_ &&
           static_cast<uint64_t>(id - base_) < window_.size()) {
@@ -178,7 +179,8 @@ class Coordinator {
 
    private:
     Hits* FindInMap(int64_t id);
-    std::vector<Hits> window_;
+    const size_t window_size_;
+    std::vector<Hits> window_;  // empty, or window_size_ entries
     int64_t base_ = -1;  // id of window_[0]; -1: no entry in the window
     int in_window_ = 0;
     size_t used_ = 0;  // window_[used_...] never held an entry since base_

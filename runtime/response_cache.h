@@ -154,7 +154,8 @@ void ForEachCacheHit(const wire::RequestList& list, Fn&& fn) {
       const uint64_t id = base + 64 * static_cast<uint64_t>(w) +
                           static_cast<uint64_t>(__builtin_ctzll(word));
       word &= word - 1;
-      if (id < base || id > static_cast<uint64_t>(INT64_MAX)) return;
+      // (base <= INT64_MAX and w < 2^31: the sum cannot wrap.)
+      if (id > static_cast<uint64_t>(INT64_MAX)) return;
       fn(static_cast<int64_t>(id));
     }
   }

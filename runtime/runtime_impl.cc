@@ -484,10 +484,8 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
     {
       std::lock_guard<std::mutex> lock(state_mu_);
       if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
-        waiting_for = absl::StrCat(
-            shutdown_waiting_.size() == 1 ? "rank " : "ranks ",
-            absl::StrJoin(shutdown_waiting_, ", "),
-            " (which never called Shutdown)");
+        waiting_for = absl::StrCat(RankList(shutdown_waiting_),
+                                   " (which never called Shutdown)");
       }
     }
     Fatal(absl::DeadlineExceededError(
@@ -505,8 +503,7 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
     if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "Shutdown failed: the coordinator (rank 0) stopped waiting for ",
-          shutdown_waiting_.size() == 1 ? "rank " : "ranks ",
-          absl::StrJoin(shutdown_waiting_, ", "),
+          RankList(shutdown_waiting_),
           " (which never called Shutdown) to shut down, and left (",
           fatal.message(), ")"));
     }

@@ -164,10 +164,7 @@ int main(int argc, char** argv) {
   Flags flags;
   if (!ParseFlags(argc, argv, &flags)) return 2;
   // kolorun gives each of N local workers cores/N threads through
-  // OMP_NUM_THREADS; LibTorch's own pool follows it here explicitly.
-  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
-    if (int n = std::atoi(omp); n > 0) torch::set_num_threads(n);
-  }
+  // OMP_NUM_THREADS, which LibTorch's OpenMP pool reads by itself.
   const auto start = std::chrono::steady_clock::now();
   // Before joining the job: a missing file is reported at once, not as a
   // lost rank.
