@@ -421,6 +421,9 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     executor = set.cuda_executor.get();
   }
   absl::Status s = executor->Execute(response, entries);
+  // Note [Entries recycled]: the completed entries serve later submissions
+  // (those a device backend completes later are its own until then).
+  queue_.Recycle(&entries);
   if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
 }
 

@@ -133,9 +133,9 @@ absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req
       .status();
 }
 
-// Built where it will live (a moved protobuf is a new one plus a swap).
-std::unique_ptr<TensorEntry> AllreduceEntry(const AllreduceRequest& req) {
-  auto entry = std::make_unique<TensorEntry>();
+// Filled where it will live (a moved protobuf is a new one plus a swap), in
+// an entry from the runtime (Note [Entries recycled]).
+void FillAllreduce(const AllreduceRequest& req, TensorEntry* entry) {
   FillRequest(wire::ALLREDUCE, req.name, req.input, &entry->request);
   entry->request.set_op(static_cast<int>(req.op));
   entry->request.set_prescale(req.prescale);
@@ -143,7 +143,6 @@ std::unique_ptr<TensorEntry> AllreduceEntry(const AllreduceRequest& req) {
   entry->request.set_process_set(req.process_set);
   entry->input = req.input;
   entry->output = req.output;
-  return entry;
 }
 
 }  // namespace
@@ -191,7 +190,23 @@ int Runtime::cross_size() const { return impl_->options().cross_size; }
 absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
   absl::Status s = CheckAllreduce(*impl_, req);
   if (!s.ok()) return s;
-  return impl_->Submit(AllreduceEntry(req));
+  std::unique_ptr<TensorEntry> entry = impl_->NewEntry();
+  FillAllreduce(req, entry.get());
+  return impl_->Submit(std::move(entry));
+}
+
+absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
+    const std::vector<AllreduceRequest>& requests) {
+  for (const AllreduceRequest& req : requests) {
+    absl::Status s = CheckAllreduce(*impl_, req);
+    if (!s.ok()) return s;
+  }
+  std::vector<std::unique_ptr<TensorEntry>> entries;
+  impl_->NewEntries(requests.size(), &entries);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    FillAllreduce(requests[i], entries[i].get());
+  }
+  return impl_->SubmitAll(&entries);
 }
 
 absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
@@ -339,7 +354,8 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
     // Validates like a lone allreduce, without submitting.
     absl::Status s = CheckAllreduce(*impl_, req);
     if (!s.ok()) return s;
-    std::unique_ptr<TensorEntry> entry = AllreduceEntry(req);
+    std::unique_ptr<TensorEntry> entry = impl_->NewEntry();
+    FillAllreduce(req, entry.get());
     entry->request.set_group(key);
     entry->request.set_group_size(static_cast<int>(requests.size()));
     entry->group = group;

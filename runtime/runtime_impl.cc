@@ -304,43 +304,71 @@ absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
   return Submit(std::make_unique<TensorEntry>(std::move(entry)));
 }
 
-absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
-  const TensorEntry& entry = *owned;
+absl::Status RuntimeImpl::Prepare(TensorEntry* entry, absl::Time deadline) {
   if (!accepting_) {
     absl::Status f = fatal_status();
     if (!f.ok()) return f;
     return absl::FailedPreconditionError(absl::StrCat(
-        CollectiveName(entry.request.type()), " \"", entry.request.name(),
+        CollectiveName(entry->request.type()), " \"", entry->request.name(),
         "\": the runtime was shut down"));
   }
-  if (entry.input.device.type == DeviceType::kCuda) {
+  if (entry->input.device.type == DeviceType::kCuda) {
     // One NCCL communicator per process set and rank: on one GPU.
-    auto set = MemberSet(entry.request.process_set(),
-                         CollectiveName(entry.request.type()));
+    auto set = MemberSet(entry->request.process_set(),
+                         CollectiveName(entry->request.type()));
     if (!set.ok()) return set.status();
     int expected = -1;
-    const int index = entry.input.device.index;
+    const int index = entry->input.device.index;
     if (!(*set)->cuda_device.compare_exchange_strong(expected, index) &&
         expected != index) {
       return absl::InvalidArgumentError(absl::StrCat(
-          CollectiveName(entry.request.type()), " \"", entry.request.name(),
+          CollectiveName(entry->request.type()), " \"", entry->request.name(),
           "\": the tensor is on cuda:", index, " but rank ", options_.rank,
-          " already runs process set ", entry.request.process_set(),
+          " already runs process set ", entry->request.process_set(),
           " on cuda:", expected,
           "; a rank uses one GPU per process set"));
     }
   }
-  owned->request.set_rank(options_.rank);
-  if (!owned->work) owned->work = std::make_shared<internal::WorkState>();
-  owned->work->SetWaitPolicy(options_.spin_time, waiters_);
-  if (owned->group && owned->group->work) {
-    owned->group->work->SetWaitPolicy(options_.spin_time, waiters_);
+  entry->request.set_rank(options_.rank);
+  if (!entry->work) entry->work = std::make_shared<internal::WorkState>();
+  entry->work->SetWaitPolicy(options_.spin_time, waiters_);
+  if (entry->group && entry->group->work) {
+    entry->group->work->SetWaitPolicy(options_.spin_time, waiters_);
   }
-  owned->deadline = absl::Now() + options_.op_timeout + kLocalTimeoutSlack;
+  entry->deadline = deadline;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
+  absl::Status s =
+      Prepare(owned.get(), absl::Now() + options_.op_timeout + kLocalTimeoutSlack);
+  if (!s.ok()) return s;
   Work work(owned->work);
-  absl::Status s = queue_.Add(std::move(owned));
+  s = queue_.Add(std::move(owned));
   if (!s.ok()) return s;
   return work;
+}
+
+absl::StatusOr<std::vector<Work>> RuntimeImpl::SubmitAll(
+    std::vector<std::unique_ptr<TensorEntry>>* entries) {
+  // One allocation for every Work's state: each Work shares ownership of
+  // the block (std::shared_ptr's aliasing constructor).
+  auto states =
+      std::make_shared<std::vector<internal::WorkState>>(entries->size());
+  const absl::Time deadline =
+      absl::Now() + options_.op_timeout + kLocalTimeoutSlack;
+  std::vector<Work> works;
+  works.reserve(entries->size());
+  for (size_t i = 0; i < entries->size(); ++i) {
+    TensorEntry* entry = (*entries)[i].get();
+    entry->work = std::shared_ptr<internal::WorkState>(states, &(*states)[i]);
+    absl::Status s = Prepare(entry, deadline);
+    if (!s.ok()) return s;
+    works.emplace_back(entry->work);
+  }
+  absl::Status s = queue_.AddAll(entries);
+  if (!s.ok()) return s;
+  return works;
 }
 
 absl::StatusOr<int> RuntimeImpl::Join() {

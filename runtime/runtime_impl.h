@@ -78,6 +78,15 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // request must be set.
   absl::StatusOr<Work> Submit(TensorEntry entry);
   absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
+  // Submits every entry or none (TensorQueue::AddAll); their Works'
+  // states share one allocation. `entries` is emptied on success.
+  absl::StatusOr<std::vector<Work>> SubmitAll(
+      std::vector<std::unique_ptr<TensorEntry>>* entries);
+  // Entries to fill for Submit/SubmitAll (Note [Entries recycled]).
+  std::unique_ptr<TensorEntry> NewEntry() { return queue_.NewEntry(); }
+  void NewEntries(size_t n, std::vector<std::unique_ptr<TensorEntry>>* out) {
+    queue_.NewEntries(n, out);
+  }
   // The set (and this rank's place in it); InvalidArgument naming `what`
   // if unknown or if this rank is not a member.
   absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
@@ -109,6 +118,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void StopForExit();
 
  private:
+  // Checks that the runtime accepts work and the entry's device; gives the
+  // entry its Work state (unless it has one) and `deadline`.
+  absl::Status Prepare(TensorEntry* entry, absl::Time deadline);
   // Note [Background loop] in background_loop.cc.
   void BackgroundLoop();
   // Note [Coalescing submissions]: waits for a burst to end.

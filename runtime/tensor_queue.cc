@@ -22,39 +22,160 @@ void TensorEntry::Complete(const absl::Status& status,
   if (last) group->work->Complete(final_status);
 }
 
-absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
+void TensorEntry::Reset() {
+  request.Clear();  // Keeps the name's and the shape's storage.
+  input.data = output.data = nullptr;
+  input.ready.reset();
+  output.ready.reset();
+  allocator = nullptr;
+  work.reset();
+  group.reset();
+  deadline = absl::InfiniteFuture();
+  scratch.reset();
+  sent = false;
+}
+
+absl::Status TensorQueue::CheckAddLocked(const wire::Request& request) {
+  if (!closed_.ok()) return closed_;
+  auto set = table_.find(request.process_set());
+  if (set == table_.end()) return absl::OkStatus();
+  auto it = set->second.find(request.name());
+  if (it == set->second.end()) return absl::OkStatus();
+  if (!it->second->scratch) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        CollectiveName(request.type()), " \"", request.name(),
+        "\": a collective with this name is already in flight on rank ",
+        request.rank(), "; wait for it before reusing the name"));
+  }
+  // A timed-out entry still waits for its late response under this name.
+  return absl::FailedPreconditionError(absl::StrCat(
+      CollectiveName(request.type()), " \"", request.name(),
+      "\": an earlier collective with this name timed out and has not "
+      "been resolved by the other ranks yet"));
+}
+
+bool TensorQueue::InsertLocked(std::unique_ptr<TensorEntry> owned) {
+  earliest_deadline_ = std::min(earliest_deadline_, owned->deadline);
+  // The background thread takes all new requests at once: it needs a
+  // wake-up only for the first one since it last took them, which saves
+  // a system call per tensor when many are submitted in a burst.
+  const bool first = new_entries_.empty();
+  new_entries_.push_back(owned.get());
   const wire::Request& request = owned->request;
+  table_[request.process_set()].emplace(absl::string_view(request.name()),
+                                        std::move(owned));
+  return first;
+}
+
+absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
   bool first = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!closed_.ok()) return closed_;
-    auto& set = table_[request.process_set()];
-    auto it = set.find(request.name());
-    if (it != set.end() && !it->second->scratch) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          CollectiveName(request.type()), " \"", request.name(),
-          "\": a collective with this name is already in flight on rank ",
-          request.rank(), "; wait for it before reusing the name"));
-    }
-    if (it != set.end()) {
-      // A timed-out entry still waits for its late response under this name.
-      return absl::FailedPreconditionError(absl::StrCat(
-          CollectiveName(request.type()), " \"", request.name(),
-          "\": an earlier collective with this name timed out and has not "
-          "been resolved by the other ranks yet"));
-    }
-    earliest_deadline_ = std::min(earliest_deadline_, owned->deadline);
-    // The background thread takes all new requests at once: it needs a
-    // wake-up only for the first one since it last took them, which saves
-    // a system call per tensor when many are submitted in a burst.
-    first = new_entries_.empty();
-    new_entries_.push_back(owned.get());
-    set.emplace(absl::string_view(request.name()), std::move(owned));
+    absl::Status s = CheckAddLocked(owned->request);
+    if (!s.ok()) return s;
+    first = InsertLocked(std::move(owned));
     has_new_.store(true, std::memory_order_release);
     adds_.fetch_add(1, std::memory_order_release);
   }
   if (first) notify_();
   return absl::OkStatus();
+}
+
+absl::Status TensorQueue::AddAll(
+    std::vector<std::unique_ptr<TensorEntry>>* entries) {
+  std::vector<std::unique_ptr<TensorEntry>>& batch = *entries;
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Inserted one by one (so that a name twice in the batch meets its
+    // first copy), and taken out again if one is refused.
+    const size_t unsent = new_entries_.size();
+    for (size_t i = 0; i < batch.size(); ++i) {
+      absl::Status s = CheckAddLocked(batch[i]->request);
+      if (s.ok()) {
+        first |= InsertLocked(std::move(batch[i]));
+        continue;
+      }
+      for (size_t j = 0; j < i; ++j) {
+        TensorEntry* e = new_entries_[unsent + j];
+        auto& set = table_[e->request.process_set()];
+        auto it = set.find(e->request.name());
+        batch[j] = std::move(it->second);
+        set.erase(it);
+      }
+      new_entries_.resize(unsent);
+      const wire::Request& request = batch[i]->request;
+      for (size_t j = 0; j < i; ++j) {
+        const wire::Request& other = batch[j]->request;
+        if (other.name() == request.name() &&
+            other.process_set() == request.process_set()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              CollectiveName(request.type()), " \"", request.name(),
+              "\": the name is given twice in one batch (requests ", j,
+              " and ", i, ")"));
+        }
+      }
+      return s;
+    }
+    if (!batch.empty()) {
+      has_new_.store(true, std::memory_order_release);
+      adds_.fetch_add(batch.size(), std::memory_order_release);
+    }
+  }
+  batch.clear();
+  if (first) notify_();
+  return absl::OkStatus();
+}
+
+std::unique_ptr<TensorEntry> TensorQueue::NewEntry() {
+  {
+    std::lock_guard<std::mutex> lock(free_mu_);
+    if (!free_.empty()) {
+      std::unique_ptr<TensorEntry> e = std::move(free_.back());
+      free_.pop_back();
+      return e;
+    }
+  }
+  return std::make_unique<TensorEntry>();
+}
+
+void TensorQueue::NewEntries(size_t n,
+                             std::vector<std::unique_ptr<TensorEntry>>* out) {
+  out->clear();
+  out->reserve(n);
+  {
+    std::lock_guard<std::mutex> lock(free_mu_);
+    while (out->size() < n && !free_.empty()) {
+      out->push_back(std::move(free_.back()));
+      free_.pop_back();
+    }
+  }
+  while (out->size() < n) out->push_back(std::make_unique<TensorEntry>());
+}
+
+void TensorQueue::Recycle(std::vector<std::unique_ptr<TensorEntry>>* entries) {
+  size_t kept = 0;
+  for (auto& e : *entries) {
+    // An entry not completed is not ours to forget (its Work would never
+    // complete): it is destroyed as before recycling existed.
+    if (!e || (e->work && !e->work->IsCompleted())) continue;
+    e->Reset();
+    (*entries)[kept++] = std::move(e);
+  }
+  entries->resize(kept);
+  if (kept > 0) {
+    std::lock_guard<std::mutex> lock(free_mu_);
+    for (auto& e : *entries) {
+      if (free_.size() >= kMaxFreeEntries) break;
+      free_.push_back(std::move(e));
+    }
+  }
+  entries->clear();
+}
+
+size_t TensorQueue::free_entries() const {
+  std::lock_guard<std::mutex> lock(free_mu_);
+  return free_.size();
 }
 
 void TensorQueue::TakeNewRequests(

@@ -55,6 +55,10 @@ struct TensorEntry {
   // Completes this entry's Work (and its group's, once every member is
   // done). Later calls are ignored.
   void Complete(const absl::Status& status, std::vector<int64_t> splits = {});
+
+  // Forgets the collective (Note [Entries recycled]): drops every reference
+  // it holds, keeps the storage of its strings and vectors.
+  void Reset();
 };
 
 class TensorQueue {
@@ -67,6 +71,24 @@ class TensorQueue {
   // AlreadyExists if the name is in flight; the failure status if the queue
   // was closed.
   absl::Status Add(std::unique_ptr<TensorEntry> entry);
+  // Adds every entry or none, under one lock and with at most one
+  // wake-up: the first that Add would refuse (or a name twice in
+  // `entries`) fails the call and leaves `entries` as they were. On
+  // success `entries` is emptied.
+  absl::Status AddAll(std::vector<std::unique_ptr<TensorEntry>>* entries);
+
+  // Note [Entries recycled]: an entry the background thread is done with
+  // comes back here (Recycle) and serves a later submission (NewEntry),
+  // with the storage of its name, shape and request: a training step
+  // submits the same tensors every time, so in steady state a submission
+  // allocates nothing for its entry. At most kMaxFreeEntries are kept.
+  std::unique_ptr<TensorEntry> NewEntry();
+  void NewEntries(size_t n, std::vector<std::unique_ptr<TensorEntry>>* out);
+  // Takes back completed entries (null ones and any not completed are
+  // left to be destroyed); `entries` is emptied.
+  void Recycle(std::vector<std::unique_ptr<TensorEntry>>* entries);
+  static constexpr size_t kMaxFreeEntries = 4096;
+  size_t free_entries() const;
 
   // Calls `fn` with each request added since the last call, in submission
   // order, under the queue's lock (no copies; `fn` must not call back into
@@ -110,6 +132,15 @@ class TensorQueue {
   const std::function<void()> notify_;
   mutable std::mutex mu_;
   std::condition_variable drained_cv_;
+  // Separate from mu_: callers take entries while the background thread
+  // holds mu_ to take responses' entries.
+  mutable std::mutex free_mu_;
+  std::vector<std::unique_ptr<TensorEntry>> free_;  // guarded by free_mu_
+  // Adds under mu_ (the part of Add after the checks); whether it was the
+  // first new request since the background thread took them.
+  bool InsertLocked(std::unique_ptr<TensorEntry> owned);
+  // Add's refusal of `request`, if any (requires mu_).
+  absl::Status CheckAddLocked(const wire::Request& request);
   // Process set -> name -> entry (names are unique per process set). The
   // key views the entry's own request name.
   using Table = absl::flat_hash_map<

@@ -360,6 +360,15 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
 }
 
 void ControlPlane::PeerLost(int peer, const std::string& reason) {
+  // Counted once handled, whichever way it went.
+  struct Counted {
+    ControlPlane* plane;
+    ~Counted() {
+      std::lock_guard<std::mutex> lock(plane->mu_);
+      ++plane->connections_ended_;
+      plane->ended_cv_.notify_all();
+    }
+  } counted{this};
   if (closed_ || shutting_down_) return;
   // Over shared memory the goodbye may still sit in a ring when the
   // connection closes: the sender set a flag before it sent it.
@@ -381,6 +390,24 @@ void ControlPlane::PeerLost(int peer, const std::string& reason) {
     if (lost_reported_.exchange(true)) return;
     callbacks_.on_fatal(RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", reason)));
   }
+}
+
+int ControlPlane::connections_ended() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return connections_ended_;
+}
+
+bool ControlPlane::WaitConnectionsEnded(int n, absl::Time deadline) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (connections_ended_ < n) {
+    if (ended_cv_.wait_for(lock, absl::ToChronoNanoseconds(
+                                     deadline - absl::Now())) ==
+            std::cv_status::timeout &&
+        absl::Now() >= deadline) {
+      return connections_ended_ >= n;
+    }
+  }
+  return true;
 }
 
 void ControlPlane::Push(int from_rank, wire::ControlMessage message) {

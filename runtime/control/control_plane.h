@@ -112,6 +112,13 @@ class ControlPlane {
   // Closes every connection and joins the reader threads.
   void Close();
 
+  // Connections whose end (closed, broken, silent past the heartbeat
+  // timeout) this plane has handled, whether it counted as a loss or not;
+  // for tests and diagnostics. WaitConnectionsEnded blocks until at least
+  // `n` or `deadline`; true if reached.
+  int connections_ended() const;
+  bool WaitConnectionsEnded(int n, absl::Time deadline) const;
+
  private:
   ControlPlane(int rank, int size, ControlCallbacks callbacks,
                Liveness liveness);
@@ -158,7 +165,7 @@ class ControlPlane {
   std::thread listen_thread_;
   int wake_pipe_[2] = {-1, -1};  // wakes the listen thread
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable joined_cv_;
   // Coordinator: index = peer rank; others: [0] = the coordinator.
   std::vector<std::shared_ptr<net::SecureChannel>> channels_;  // guarded by mu_
@@ -166,6 +173,8 @@ class ControlPlane {
   int joined_ = 0;             // guarded by mu_
   std::vector<std::thread> threads_;  // guarded by mu_
   std::vector<ControlEvent> events_;  // guarded by mu_
+  int connections_ended_ = 0;         // guarded by mu_
+  mutable std::condition_variable ended_cv_;
   // A failure of the coordinator's listen thread while ranks are joining
   // (no thread for a rank's connection); StartCoordinator returns it.
   absl::Status start_error_;  // guarded by mu_

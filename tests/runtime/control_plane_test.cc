@@ -131,10 +131,8 @@ TEST(ControlPlaneShm, ListsTravelThroughSharedMemory) {
 TEST(ControlPlaneShm, ClosedRankIsReportedLost) {
   auto planes = Start(3, /*shm=*/true);
   planes[2]->plane->Close();  // as if the process died: its socket closes
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (planes[0]->Fatal().ok() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  ASSERT_TRUE(planes[0]->plane->WaitConnectionsEnded(
+      1, absl::Now() + absl::Seconds(10)));
   EXPECT_TRUE(absl::IsUnavailable(planes[0]->Fatal())) << planes[0]->Fatal();
   EXPECT_THAT(std::string(planes[0]->Fatal().message()),
               HasSubstr("rank 2 lost"));
@@ -147,7 +145,11 @@ TEST(ControlPlaneShm, RankThatSaidGoodbyeIsNotLost) {
   auto planes = Start(2, /*shm=*/true);
   ASSERT_TRUE(planes[1]->plane->SendToCoordinator(RequestList(true)).ok());
   planes[1]->plane->Close();
-  absl::SleepFor(absl::Milliseconds(300));
+  // Once the coordinator has handled the closed connection, it has decided
+  // (not lost: the goodbye flag) and reported nothing.
+  ASSERT_TRUE(planes[0]->plane->WaitConnectionsEnded(
+      1, absl::Now() + absl::Seconds(10)));
+  EXPECT_EQ(planes[0]->plane->connections_ended(), 1);
   EXPECT_TRUE(planes[0]->Fatal().ok()) << planes[0]->Fatal();
   auto events = NextEvents(*planes[0]->plane);
   ASSERT_EQ(events.size(), 1u);

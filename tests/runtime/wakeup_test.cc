@@ -44,15 +44,20 @@ TEST(WakeupTest, PastDeadlineReturnsAtOnce) {
 TEST(WakeupTest, SleeperIsWokenByAnotherThread) {
   Wakeup w;
   const uint32_t epoch = w.Epoch();
+  // Rings only once the waiter has gone to sleep in the kernel (sleeps()
+  // counts a wait right before its FUTEX_WAIT), so the wake-up is the one
+  // that ends a sleep, not a spin.
+  std::atomic<bool> rang{false};
   std::thread notifier([&] {
-    absl::SleepFor(absl::Milliseconds(50));
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (w.sleeps() == 0 && absl::Now() < give_up) std::this_thread::yield();
+    rang = true;
     w.Notify();
   });
-  const absl::Time start = absl::Now();
   EXPECT_TRUE(
-      w.Wait(epoch, absl::Now() + absl::Seconds(30), absl::ZeroDuration()));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
-  EXPECT_GE(w.sleeps(), 1u);
+      w.Wait(epoch, absl::Now() + absl::Seconds(60), absl::ZeroDuration()));
+  EXPECT_TRUE(rang.load());  // Woken by the ring, not before it.
+  EXPECT_EQ(w.sleeps(), 1u);
   notifier.join();
 }
 
@@ -97,8 +102,14 @@ TEST(WakeupTest, WakesAcrossProcesses) {
                                    absl::ZeroDuration());
     _exit(woken ? 0 : 1);
   }
-  // Give the child time to fall asleep, then ring.
-  absl::SleepFor(absl::Milliseconds(100));
+  // Rings once the child has announced that it sleeps (or at the latest
+  // after 30 s, when the child's own 20 s deadline has passed: then it
+  // exits 1 and the test fails).
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (word->sleepers.load() == 0 && absl::Now() < give_up) {
+    std::this_thread::yield();
+  }
+  EXPECT_GT(word->sleepers.load(), 0u);
   parent.Notify();
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);

@@ -118,6 +118,7 @@ double TimeLoop(int warmup, int iters, F&& op) {
 }
 
 // One result row. `op` is a collective name, or "fusion_per_tensor" /
+// "fusion_batch" /
 // "fusion_fused" / "fusion_async" for the fusion workload.
 struct Measurement {
   std::string impl;  // "kolo", "gloo", "mpi", "torch"

@@ -33,10 +33,17 @@ class KoloRunner {
   // `tensors.size()` allreduces submitted at once, then all waited for.
   void RunMany(std::vector<std::vector<uint8_t>>& tensors,
                const std::string& tag);
+  // The same through one Runtime::AllreduceBatch call.
+  void RunBatch(std::vector<std::vector<uint8_t>>& tensors,
+                const std::string& tag);
+  // Microseconds each RunMany/RunBatch call spent submitting (building the
+  // requests included), in call order; cleared by the caller.
+  std::vector<double>& submit_us() { return submit_us_; }
 
  private:
   Runtime* rt_;
   const Flags& flags_;
+  std::vector<double> submit_us_;
 };
 
 // Plain gloo on its own context (no kolo): gloo's own algorithms and

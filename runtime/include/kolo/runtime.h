@@ -148,6 +148,20 @@ class Runtime {
   absl::StatusOr<Work> Alltoall(const AlltoallRequest& request);
   absl::StatusOr<Work> Reducescatter(const ReducescatterRequest& request);
 
+  // Submits each request as its own allreduce, exactly as calling
+  // Allreduce() for each in turn would (each is negotiated, fused and
+  // completed on its own: unlike GroupedAllreduce there is no all-or-none
+  // negotiation), with less work per tensor: one call, one lock and at most
+  // one wake-up of the background thread for all of them, and the
+  // completion state of all in one allocation. For a burst of tensors
+  // ready at once, e.g. a step's gradients. All or none are submitted: a
+  // bad request, a name already in flight or a name given twice fails the
+  // call with the error Allreduce() would give (naming the tensor) and
+  // submits nothing. Returns requests[i]'s Work at [i]; an empty batch
+  // submits nothing and returns no Works.
+  absl::StatusOr<std::vector<Work>> AllreduceBatch(
+      const std::vector<AllreduceRequest>& requests);
+
   // Allreduces every tensor of `requests` as one unit: negotiated together
   // (all or none: one bad member fails the whole group on every rank) and
   // fused together where compatible. One Work for the group. All members

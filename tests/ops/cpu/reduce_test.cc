@@ -290,11 +290,24 @@ TEST(ReduceTest, OutputMayAliasEitherInputOrBoth) {
 }
 
 TEST(ReduceTest, CountZeroTouchesNothing) {
+  // Null pointers are allowed with a count of zero, and real buffers are
+  // neither read into the output nor written.
   for (DataType dtype : kAllTypes) {
     for (ReduceOp op : kAllOps) {
       Reduce(op, dtype, nullptr, nullptr, nullptr, 0);
+      std::vector<uint8_t> out(64, 0xAB), a(64, 0x11), b(64, 0x22);
+      Reduce(op, dtype, out.data(), a.data(), b.data(), 0);
+      EXPECT_EQ(out, std::vector<uint8_t>(64, 0xAB))
+          << DataTypeName(dtype) << " " << ReduceOpName(op);
+      EXPECT_EQ(a, std::vector<uint8_t>(64, 0x11));
+      EXPECT_EQ(b, std::vector<uint8_t>(64, 0x22));
     }
-    if (IsFloatingPoint(dtype)) Scale(dtype, nullptr, 0, 2.0);
+    if (IsFloatingPoint(dtype)) {
+      Scale(dtype, nullptr, 0, 2.0);
+      std::vector<uint8_t> data(64, 0x3C);
+      Scale(dtype, data.data(), 0, 2.0);
+      EXPECT_EQ(data, std::vector<uint8_t>(64, 0x3C)) << DataTypeName(dtype);
+    }
   }
 }
 
