@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/status_macros.h"
 
 namespace kolo {
 namespace {
@@ -45,8 +46,7 @@ absl::Status Backend::AllreduceScaled(void* data, size_t count, DataType dtype,
                                       ReduceOp op, double prescale,
                                       double postscale) {
   if (prescale != 1.0) Scale(data, count, dtype, prescale);
-  absl::Status s = Allreduce(data, count, dtype, op);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(Allreduce(data, count, dtype, op));
   if (postscale != 1.0) Scale(data, count, dtype, postscale);
   return absl::OkStatus();
 }

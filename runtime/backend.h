@@ -6,6 +6,12 @@
 //
 // Threads: a Backend is created and used by the background thread of one
 // process set only; collectives are issued in the same order on every rank.
+//
+// Signals: the TCP backends (gloo) write to sockets without MSG_NOSIGNAL, so
+// a peer that closes its end raises SIGPIPE in the writer. Runtime::Create
+// ignores SIGPIPE when it has its default disposition; a program that uses
+// a backend directly (tests, benchmarks) must do the same, or it is killed
+// (exit 141) instead of getting an error naming the peer.
 #ifndef KOLO_RUNTIME_BACKEND_H_
 #define KOLO_RUNTIME_BACKEND_H_
 

@@ -16,6 +16,7 @@
 #include "runtime/format.h"
 #include "runtime/fusion.h"
 #include "runtime/runtime_impl.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 
@@ -74,7 +75,7 @@ void RuntimeImpl::BackgroundLoop() {
           wire::RequestList& list = *event.message.mutable_request_list();
           std::shared_ptr<ProcessSetState> set;
           {
-            std::lock_guard<std::mutex> lock(sets_mu_);
+            MutexLock lock(&sets_mu_);
             auto it = sets_.find(list.process_set());
             if (it != sets_.end()) set = it->second;
           }
@@ -93,14 +94,14 @@ void RuntimeImpl::BackgroundLoop() {
           const wire::ResponseList& list = event.message.response_list();
           std::shared_ptr<ProcessSetState> set;
           {
-            std::lock_guard<std::mutex> lock(sets_mu_);
+            MutexLock lock(&sets_mu_);
             set = sets_.at(list.process_set());
           }
           ExecuteList(*set, list, /*sent_here=*/false);
           if (list.shutdown()) done = true;
         } else if (!coordinator && event.message.has_shutdown_waiting()) {
           const auto& ranks = event.message.shutdown_waiting().ranks();
-          std::lock_guard<std::mutex> lock(state_mu_);
+          MutexLock lock(&state_mu_);
           shutdown_waiting_.assign(ranks.begin(), ranks.end());
           shutdown_waiting_known_ = true;
         }
@@ -113,10 +114,10 @@ void RuntimeImpl::BackgroundLoop() {
                            queue_.ExpireLocal(now, options_.op_timeout));
   }
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     loop_done_ = true;
   }
-  state_cv_.notify_all();
+  state_cv_.NotifyAll();
 }
 
 // Note [Coalescing submissions]
@@ -163,7 +164,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   std::map<int, std::vector<int64_t>>& hits = hits_to_send_;
   for (auto& [id, ids] : hits) ids.clear();
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     sets.insert(sets_.begin(), sets_.end());
   }
   // Under the queue's lock, without copies: a cached request travels as
@@ -224,7 +225,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
                                   bool* done) {
   std::vector<std::shared_ptr<ProcessSetState>> sets;
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     for (auto& [id, set] : sets_) sets.push_back(set);
   }
   // The global set goes last: at shutdown its list is the final one.
@@ -284,7 +285,7 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
     if (!asked.count(r)) waiting.push_back(r);
   }
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (shutdown_waiting_known_ && shutdown_waiting_ == waiting) return;
     shutdown_waiting_ = waiting;
     shutdown_waiting_known_ = true;
@@ -343,7 +344,7 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     RegisterProcessSet(response.new_process_set(), ranks);
     std::shared_ptr<ProcessSetState> created;
     {
-      std::lock_guard<std::mutex> lock(sets_mu_);
+      MutexLock lock(&sets_mu_);
       created = sets_.at(response.new_process_set());
     }
     absl::Status s = ConnectProcessSet(*created);

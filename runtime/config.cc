@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "kolo/store.h"
+#include "runtime/os/errno_text.h"
 #include "runtime/status_macros.h"
 
 extern char** environ;
@@ -183,9 +184,9 @@ absl::Status ReadSecretDescriptor(const std::string& value, std::string* out) {
     n = pread(fd, &buffer[0], buffer.size(), 0);
   } while (n < 0 && errno == EINTR);
   if (n < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KOLO_SECRET_FD=", fd, ": cannot read the secret: ",
-        std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KOLO_SECRET_FD=", fd,
+                     ": cannot read the secret: ", os::ErrnoText(errno)));
   }
   buffer.resize(static_cast<size_t>(n));
   std::string secret(absl::StripAsciiWhitespace(buffer));

@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "runtime/collectives.h"
 #include "runtime/controller.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace {
@@ -64,14 +66,14 @@ void CompleteAll(std::vector<std::unique_ptr<TensorEntry>>& entries,
 // a reference, so it outlives the executor when the backend's completion
 // thread finishes after it.
 struct Executor::Pending {
-  mutable std::mutex mu;
-  std::set<TensorEntry*> entries;  // guarded by mu
+  mutable Mutex mu;
+  std::set<TensorEntry*> entries KOLO_GUARDED_BY(mu);
   // Held while a callback reports a failure, so that the executor's
   // destructor waits for it: the report reaches the runtime only while
   // the executor (and so the runtime) exists. Separate from `mu`: the
   // report may call back into FailPending.
-  std::mutex report_mu;
-  bool executor_alive = true;  // guarded by report_mu
+  Mutex report_mu;
+  bool executor_alive KOLO_GUARDED_BY(report_mu) = true;
 };
 
 Executor::Executor(Backend* backend, int rank, int size,
@@ -89,7 +91,7 @@ Executor::Executor(Backend* backend, int rank, int size,
 
 Executor::~Executor() {
   {
-    std::lock_guard<std::mutex> lock(pending_->report_mu);
+    MutexLock lock(&pending_->report_mu);
     pending_->executor_alive = false;
   }
   if (fusion_.data) backend_->Free(fusion_.data);
@@ -97,8 +99,7 @@ Executor::~Executor() {
 }
 
 void Executor::FailPending(const absl::Status& status) {
-  std::vector<TensorEntry*> entries;
-  std::lock_guard<std::mutex> lock(pending_->mu);
+  MutexLock lock(&pending_->mu);
   // Completing under the lock is safe: it only wakes waiters, and the
   // callback that owns the entry takes this lock before destroying it.
   for (TensorEntry* e : pending_->entries) {
@@ -110,7 +111,7 @@ void Executor::FailPending(const absl::Status& status) {
 }
 
 size_t Executor::pending() const {
-  std::lock_guard<std::mutex> lock(pending_->mu);
+  MutexLock lock(&pending_->mu);
   return pending_->entries.size();
 }
 
@@ -133,7 +134,7 @@ void Executor::Finish(std::vector<std::unique_ptr<TensorEntry>>& entries,
   batch->outcomes = std::move(outcomes);
   batch->temps = std::move(temps);
   {
-    std::lock_guard<std::mutex> lock(pending_->mu);
+    MutexLock lock(&pending_->mu);
     for (auto& e : batch->entries) pending_->entries.insert(e.get());
   }
   Backend* backend = backend_;
@@ -143,11 +144,11 @@ void Executor::Finish(std::vector<std::unique_ptr<TensorEntry>>& entries,
     // finds the runtime failed, and its next collective is refused with
     // the cause instead of running.
     if (!status.ok() && on_failure) {
-      std::lock_guard<std::mutex> lock(pending->report_mu);
+      MutexLock lock(&pending->report_mu);
       if (pending->executor_alive) on_failure(status);
     }
     {
-      std::lock_guard<std::mutex> lock(pending->mu);
+      MutexLock lock(&pending->mu);
       for (size_t i = 0; i < batch->entries.size(); ++i) {
         TensorEntry& e = *batch->entries[i];
         pending->entries.erase(&e);
@@ -230,8 +231,12 @@ absl::Status Executor::Execute(
     const wire::Response& r,
     std::vector<std::unique_ptr<TensorEntry>>& entries) {
   if (r.type() == wire::RESPONSE_ERROR) {
-    CompleteAll(entries, absl::Status(static_cast<absl::StatusCode>(r.error_code()),
-                                      r.error()));
+    // An error always fails its Works: a code the sender left unset (0 would
+    // read as OK) becomes Unknown.
+    const auto code = r.error_code() == 0
+                          ? absl::StatusCode::kUnknown
+                          : static_cast<absl::StatusCode>(r.error_code());
+    CompleteAll(entries, absl::Status(code, r.error()));
     return absl::OkStatus();
   }
   if (timeline_ && timeline_->enabled()) {
@@ -356,12 +361,11 @@ absl::Status Executor::Allreduce(
                    static_cast<size_t>(r.elements(i))};
     }
     if (!Overlapping(pieces, elem)) {
-      absl::Status s = Phase(
+      KOLO_RETURN_IF_ERROR(Phase(
           r, CollectivePhase("ALLREDUCE"),
           [&] { return backend_->AllreducePieces(pieces, total, dtype, op); },
           absl::StrCat("\"size\": ", total * elem, ", \"batch\": ", batch_,
-                       ", \"tensors\": ", entries.size()));
-      if (!s.ok()) return s;
+                       ", \"tensors\": ", entries.size())));
       if (postscale != 1.0) {
         for (const FusedPiece& p : pieces) {
           backend_->Scale(p.output, p.count, dtype, postscale);
@@ -393,15 +397,14 @@ absl::Status Executor::Allreduce(
       return 0;
     });
   }
-  absl::Status s = Phase(
+  KOLO_RETURN_IF_ERROR(Phase(
       r, CollectivePhase("ALLREDUCE"),
       [&] {
         return backend_->AllreduceScaled(buffer, total, dtype, op,
                                          r.prescale(), postscale);
       },
       absl::StrCat("\"size\": ", total * elem, ", \"batch\": ", batch_,
-                   ", \"tensors\": ", entries.size()));
-  if (!s.ok()) return s;
+                   ", \"tensors\": ", entries.size())));
   if (entries.size() > 1) {
     Phase(r, "MEMCPY_OUT_FUSION_BUFFER", [&] {
       size_t offset = 0;
@@ -442,9 +445,9 @@ absl::Status Executor::Broadcast(
       offset += bytes;
     }
   }
-  absl::Status s = Phase(r, CollectivePhase("BROADCAST"),
-                         [&] { return backend_->Broadcast(buffer, total, root); });
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(Phase(r, CollectivePhase("BROADCAST"), [&] {
+    return backend_->Broadcast(buffer, total, root);
+  }));
   if (rank_ != root) {
     size_t offset = 0;
     for (size_t i = 0; i < entries.size(); ++i) {
@@ -524,10 +527,9 @@ absl::Status Executor::Allgather(
     if (bytes) backend_->Copy(send + offset, entries[i]->input.data, bytes);
     offset += bytes;
   }
-  absl::Status s = Phase(r, CollectivePhase("ALLGATHER"), [&] {
+  KOLO_RETURN_IF_ERROR(Phase(r, CollectivePhase("ALLGATHER"), [&] {
     return backend_->Allgatherv(send, buffer, block_bytes);
-  });
-  if (!s.ok()) return s;
+  }));
   // Block k holds rank k's rows of tensor 0, then of tensor 1, ...
   std::vector<size_t> out_offset(n, 0);
   size_t in_offset = 0;
@@ -631,10 +633,9 @@ absl::Status Executor::Reducescatter(const wire::Response& r, TensorEntry& e) {
     return absl::ResourceExhaustedError("cannot allocate a receive buffer");
   }
   std::vector<size_t> recv(size_, mine);
-  absl::Status s = Phase(r, CollectivePhase("REDUCESCATTER"), [&] {
+  KOLO_RETURN_IF_ERROR(Phase(r, CollectivePhase("REDUCESCATTER"), [&] {
     return backend_->Alltoallv(input, send, chunks, recv);
-  });
-  if (!s.ok()) return s;
+  }));
   uint8_t* out = static_cast<uint8_t*>(e.output.data);
   if (mine) {
     std::memcpy(out, chunks, mine);

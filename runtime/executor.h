@@ -55,10 +55,6 @@ class Executor {
   absl::Status Execute(const wire::Response& response,
                        std::vector<std::unique_ptr<TensorEntry>>& entries);
 
-  // Bytes held by the persistent fusion buffers.
-  size_t fusion_buffer_bytes() const {
-    return fusion_.bytes + gather_send_.bytes;
-  }
   // Fails the Works of responses whose collectives were issued but have not
   // completed (device backends). Thread-safe.
   void FailPending(const absl::Status& status);

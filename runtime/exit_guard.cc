@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/runtime_impl.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace {
@@ -12,8 +13,8 @@ namespace {
 // Process-wide by nature (exit is); leaked so that it outlives every static
 // destructor.
 struct Registry {
-  std::mutex mu;
-  std::vector<std::weak_ptr<RuntimeImpl>> live;  // guarded by mu
+  Mutex mu;
+  std::vector<std::weak_ptr<RuntimeImpl>> live KOLO_GUARDED_BY(mu);
   std::once_flag installed;
 };
 
@@ -26,7 +27,7 @@ void StopLiveRuntimes() {
   std::vector<std::shared_ptr<RuntimeImpl>> live;
   {
     Registry& r = TheRegistry();
-    std::lock_guard<std::mutex> lock(r.mu);
+    MutexLock lock(&r.mu);
     for (const std::weak_ptr<RuntimeImpl>& weak : r.live) {
       if (std::shared_ptr<RuntimeImpl> runtime = weak.lock()) {
         live.push_back(std::move(runtime));
@@ -51,7 +52,7 @@ void StopLiveRuntimes() {
 void StopAtExit(const std::shared_ptr<RuntimeImpl>& runtime) {
   Registry& r = TheRegistry();
   std::call_once(r.installed, [] { std::atexit(StopLiveRuntimes); });
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   // Drops the entries of runtimes already gone while at it.
   std::vector<std::weak_ptr<RuntimeImpl>> kept;
   for (std::weak_ptr<RuntimeImpl>& weak : r.live) {
@@ -63,7 +64,7 @@ void StopAtExit(const std::shared_ptr<RuntimeImpl>& runtime) {
 
 void ForgetAtExit(const RuntimeImpl* runtime) {
   Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   std::vector<std::weak_ptr<RuntimeImpl>> kept;
   for (std::weak_ptr<RuntimeImpl>& weak : r.live) {
     std::shared_ptr<RuntimeImpl> held = weak.lock();

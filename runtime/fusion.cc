@@ -73,19 +73,4 @@ wire::Response FuseBucket(const std::vector<const wire::Response*>& ready,
   return fused;
 }
 
-std::vector<wire::Response> PlanFusion(
-    std::vector<wire::Response> ready, int64_t threshold_bytes, int world_size,
-    std::vector<std::vector<size_t>>* members) {
-  std::vector<const wire::Response*> ptrs;
-  ptrs.reserve(ready.size());
-  for (const wire::Response& r : ready) ptrs.push_back(&r);
-  std::vector<std::vector<size_t>> plan =
-      PlanBuckets(ptrs, threshold_bytes, world_size);
-  std::vector<wire::Response> buckets;
-  buckets.reserve(plan.size());
-  for (const auto& m : plan) buckets.push_back(FuseBucket(ptrs, m));
-  if (members) *members = std::move(plan);
-  return buckets;
-}
-
 }  // namespace kolo

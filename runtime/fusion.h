@@ -35,13 +35,6 @@ std::vector<std::vector<size_t>> PlanBuckets(
 wire::Response FuseBucket(const std::vector<const wire::Response*>& ready,
                           const std::vector<size_t>& members);
 
-// PlanBuckets and FuseBucket for every bucket. If `members` is
-// given, (*members)[b] lists the indices in `ready` of bucket b's tensors,
-// in the bucket's order.
-std::vector<wire::Response> PlanFusion(
-    std::vector<wire::Response> ready, int64_t threshold_bytes, int world_size,
-    std::vector<std::vector<size_t>>* members = nullptr);
-
 }  // namespace kolo
 
 #endif  // KOLO_RUNTIME_FUSION_H_

@@ -21,6 +21,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "runtime/config.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/unique_fd.h"
 #include "runtime/status_macros.h"
 
 namespace kolo {
@@ -95,12 +97,10 @@ bool ToSockaddr(const std::string& addr, struct sockaddr_in* sin) {
 bool IsLocalAddress(const std::string& addr) {
   struct sockaddr_in sin;
   if (!ToSockaddr(addr, &sin)) return false;
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool local =
-      bind(fd, reinterpret_cast<struct sockaddr*>(&sin), sizeof(sin)) == 0;
-  close(fd);
-  return local;
+  const os::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return false;
+  return bind(fd.get(), reinterpret_cast<struct sockaddr*>(&sin),
+              sizeof(sin)) == 0;
 }
 
 absl::StatusOr<std::string> LocalAddressFor(const std::string& host,
@@ -115,22 +115,19 @@ absl::StatusOr<std::string> LocalAddressFor(const std::string& host,
   struct sockaddr_in peer;
   ToSockaddr(addrs->front(), &peer);
   peer.sin_port = htons(9);
-  const int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  const os::UniqueFd fd(socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) {
+    return absl::InternalError(absl::StrCat("socket: ", os::ErrnoText(errno)));
   }
   struct sockaddr_in self;
   socklen_t self_len = sizeof(self);
-  if (connect(fd, reinterpret_cast<struct sockaddr*>(&peer), sizeof(peer)) !=
-          0 ||
-      getsockname(fd, reinterpret_cast<struct sockaddr*>(&self), &self_len) !=
-          0) {
-    const int err = errno;
-    close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("no route to ", addrs->front(), ": ", std::strerror(err)));
+  if (connect(fd.get(), reinterpret_cast<struct sockaddr*>(&peer),
+              sizeof(peer)) != 0 ||
+      getsockname(fd.get(), reinterpret_cast<struct sockaddr*>(&self),
+                  &self_len) != 0) {
+    return absl::UnavailableError(absl::StrCat("no route to ", addrs->front(),
+                                               ": ", os::ErrnoText(errno)));
   }
-  close(fd);
   char buf[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &self.sin_addr, buf, sizeof(buf));
   return std::string(buf);

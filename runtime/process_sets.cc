@@ -1,13 +1,15 @@
 // RuntimeImpl, part two: process sets — registering them, and connecting
 // each set's backends (the CPU path when the set is created, the CUDA path
 // on its first CUDA response). See runtime_impl.cc for the rest.
-#include "runtime/runtime_impl.h"
-
 #include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/runtime_impl.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/work_state.h"
 
 namespace kolo {
 
@@ -30,7 +32,7 @@ void RuntimeImpl::RegisterProcessSet(int id, std::vector<int> ranks) {
     set->own_cache = std::make_unique<ResponseCache>(options_.cache_capacity);
     set->cache = set->own_cache.get();
   }
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   sets_[id] = std::move(set);
 }
 
@@ -160,7 +162,7 @@ absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
       options_.rank == 0 ? &timeline_ : nullptr,
       [this](const absl::Status& status) { Fatal(status); });
   // Fatal() reads them from other threads.
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   set.cuda_backend = std::move(*backend);
   set.cuda_executor = std::move(executor);
   return absl::OkStatus();
@@ -169,7 +171,7 @@ absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
 absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
     int process_set, const char* op, const std::string& name) const {
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     auto it = sets_.find(process_set);
     if (it != sets_.end() && it->second->member()) return it->second;
   }
@@ -178,7 +180,7 @@ absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
 
 absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
     int process_set, const std::string& what) const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   auto it = sets_.find(process_set);
   if (it == sets_.end()) {
     return absl::InvalidArgumentError(
@@ -194,7 +196,7 @@ absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
 }
 
 absl::StatusOr<std::vector<int>> RuntimeImpl::SetRanks(int process_set) const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   auto it = sets_.find(process_set);
   if (it == sets_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown process set ", process_set));
@@ -209,7 +211,7 @@ absl::Status RuntimeImpl::ForgetProcessSet(int id) {
   }
   std::shared_ptr<ProcessSetState> set;
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     auto it = sets_.find(id);
     if (it == sets_.end()) {
       return absl::InvalidArgumentError(
@@ -230,7 +232,7 @@ absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
         "remove_process_set: the global process set (0) cannot be removed");
   }
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     if (!sets_.count(process_set)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "remove_process_set: unknown process set ", process_set));
@@ -249,9 +251,8 @@ absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
 absl::StatusOr<int> RuntimeImpl::SubmitForValue(TensorEntry entry) {
   auto work = Submit(std::move(entry));
   if (!work.ok()) return work.status();
-  absl::Status s = work->Wait();
-  if (!s.ok()) return s;
-  return static_cast<int>(work->state()->value());
+  KOLO_RETURN_IF_ERROR(work->Wait());
+  return static_cast<int>(internal::WorkAccess::State(*work)->value());
 }
 
 absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {

@@ -7,6 +7,9 @@
 #include "runtime/config.h"
 #include "runtime/exit_guard.h"
 #include "runtime/runtime_impl.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/work_state.h"
 
 namespace kolo {
 namespace {
@@ -112,10 +115,8 @@ absl::Status CheckReduction(const char* op, const std::string& name,
 
 absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req) {
   const char* op = "allreduce";
-  absl::Status s = CheckTensor(op, req.name, "input", req.input);
-  if (!s.ok()) return s;
-  s = CheckTensor(op, req.name, "output", req.output);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "input", req.input));
+  KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
   if (req.output.dtype != req.input.dtype ||
       req.output.shape != req.input.shape ||
       req.output.device != req.input.device) {
@@ -126,9 +127,8 @@ absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req
                                 DataTypeName(req.input.dtype),
                                 ShapeToString(req.input.shape), ")"));
   }
-  s = CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
-                     req.postscale);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CheckReduction(op, req.name, req.input.dtype, req.op,
+                                      req.prescale, req.postscale));
   return impl.MemberSet(req.process_set, op, req.name)
       .status();
 }
@@ -188,8 +188,7 @@ int Runtime::cross_rank() const { return impl_->options().cross_rank; }
 int Runtime::cross_size() const { return impl_->options().cross_size; }
 
 absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
-  absl::Status s = CheckAllreduce(*impl_, req);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
   std::unique_ptr<TensorEntry> entry = impl_->NewEntry();
   FillAllreduce(req, entry.get());
   return impl_->Submit(std::move(entry));
@@ -198,8 +197,7 @@ absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
 absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
     const std::vector<AllreduceRequest>& requests) {
   for (const AllreduceRequest& req : requests) {
-    absl::Status s = CheckAllreduce(*impl_, req);
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
   }
   std::vector<std::unique_ptr<TensorEntry>> entries;
   impl_->NewEntries(requests.size(), &entries);
@@ -211,8 +209,7 @@ absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
 
 absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
   const char* op = "broadcast";
-  absl::Status s = CheckTensor(op, req.name, "tensor", req.tensor);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "tensor", req.tensor));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   if (req.root < 0 || req.root >= (*set)->size()) {
@@ -232,8 +229,7 @@ absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
 
 absl::StatusOr<Work> Runtime::Allgather(const AllgatherRequest& req) {
   const char* op = "allgather";
-  absl::Status s = CheckTensor(op, req.name, "input", req.input);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "input", req.input));
   if (req.input.shape.empty()) {
     return Invalid(op, req.name,
                    "input must have at least one dimension (the one gathered)");
@@ -260,8 +256,7 @@ std::vector<int64_t> ReducescatterShape(const std::vector<int64_t>& input,
 
 absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
   const char* op = "alltoall";
-  absl::Status s = CheckTensor(op, req.name, "input", req.input);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "input", req.input));
   if (req.input.shape.empty()) {
     return Invalid(op, req.name, "input must have at least one dimension");
   }
@@ -303,13 +298,10 @@ absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
 
 absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
   const char* op = "reducescatter";
-  absl::Status s = CheckTensor(op, req.name, "input", req.input);
-  if (!s.ok()) return s;
-  s = CheckTensor(op, req.name, "output", req.output);
-  if (!s.ok()) return s;
-  s = CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
-                     req.postscale);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "input", req.input));
+  KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
+  KOLO_RETURN_IF_ERROR(CheckReduction(op, req.name, req.input.dtype, req.op,
+                                      req.prescale, req.postscale));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const std::vector<int64_t> want =
@@ -341,9 +333,9 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
   }
   // The group's key is the same on every rank that groups the same names.
   std::string key = absl::StrCat(requests[0].name, "+", requests.size() - 1);
-  auto group = std::make_shared<GroupCompletion>();
+  auto group =
+      std::make_shared<GroupCompletion>(static_cast<int>(requests.size()));
   group->work = std::make_shared<internal::WorkState>();
-  group->remaining = static_cast<int>(requests.size());
   std::vector<std::unique_ptr<TensorEntry>> entries;
   for (const AllreduceRequest& req : requests) {
     if (req.process_set != requests[0].process_set) {
@@ -352,8 +344,7 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
           "process set"));
     }
     // Validates like a lone allreduce, without submitting.
-    absl::Status s = CheckAllreduce(*impl_, req);
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
     std::unique_ptr<TensorEntry> entry = impl_->NewEntry();
     FillAllreduce(req, entry.get());
     entry->request.set_group(key);
@@ -369,7 +360,7 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
       bool last = false;
       absl::Status final_status;
       {
-        std::lock_guard<std::mutex> lock(group->mu);
+        MutexLock lock(&group->mu);
         if (group->status.ok()) group->status = work.status();
         group->remaining -= static_cast<int>(entries.size() - i);
         last = group->remaining == 0;
@@ -379,7 +370,7 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
       return work.status();
     }
   }
-  return Work(group->work);
+  return internal::WorkAccess::Make(group->work);
 }
 
 absl::StatusOr<Work> Runtime::Barrier(int process_set) {

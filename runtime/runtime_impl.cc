@@ -1,18 +1,20 @@
 #include "runtime/runtime_impl.h"
 
 #include <signal.h>
-
 #include <unistd.h>
 
 #include <algorithm>
 
-#include "runtime/format.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "runtime/format.h"
 #include "runtime/fusion.h"
 #include "runtime/net/sha256.h"
 #include "runtime/rendezvous/tcp_store.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/work_state.h"
 
 namespace kolo {
 namespace {
@@ -71,8 +73,7 @@ absl::Status ClaimRank(Store& store, const Options& o) {
   absl::StatusOr<int64_t> claims = store.Add(absl::StrCat("claim/", o.rank), 1);
   if (!claims.ok()) return claims.status();
   if (*claims == 1) {
-    absl::Status s = store.Set(absl::StrCat("claimant/", o.rank), me);
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(store.Set(absl::StrCat("claimant/", o.rank), me));
   } else {
     absl::StatusOr<std::string> first =
         store.Get(absl::StrCat("claimant/", o.rank), absl::Seconds(2));
@@ -135,7 +136,7 @@ RuntimeImpl::~RuntimeImpl() {
   std::vector<std::pair<std::unique_ptr<Executor>, std::unique_ptr<Backend>>>
       device_paths;
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     for (auto& [id, set] : sets_) {
       if (set->cuda_executor) {
         device_paths.emplace_back(std::move(set->cuda_executor),
@@ -283,16 +284,19 @@ absl::Status RuntimeImpl::Start() {
                                                          : "TCP"));
   }
   RegisterProcessSet(kGlobalProcessSet, all);
-  absl::Status s = ConnectProcessSet(*sets_.at(kGlobalProcessSet));
-  if (!s.ok()) return s;
+  std::shared_ptr<ProcessSetState> global;
+  {
+    MutexLock lock(&sets_mu_);
+    global = sets_.at(kGlobalProcessSet);
+  }
+  KOLO_RETURN_IF_ERROR(ConnectProcessSet(*global));
   if (!options_.timeline_path.empty() && options_.rank == 0) {
-    s = timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles);
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(
+        timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles));
   }
 
   // Tells kolorun that this rank finished rendezvous.
-  s = store_->Set(absl::StrCat("ready/", options_.rank), "1");
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(store_->Set(absl::StrCat("ready/", options_.rank), "1"));
 
   accepting_ = true;
   thread_ = std::thread([self = shared_from_this()] { self->BackgroundLoop(); });
@@ -340,12 +344,10 @@ absl::Status RuntimeImpl::Prepare(TensorEntry* entry, absl::Time deadline) {
 }
 
 absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
-  absl::Status s =
-      Prepare(owned.get(), absl::Now() + options_.op_timeout + kLocalTimeoutSlack);
-  if (!s.ok()) return s;
-  Work work(owned->work);
-  s = queue_.Add(std::move(owned));
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(Prepare(
+      owned.get(), absl::Now() + options_.op_timeout + kLocalTimeoutSlack));
+  Work work = internal::WorkAccess::Make(owned->work);
+  KOLO_RETURN_IF_ERROR(queue_.Add(std::move(owned)));
   return work;
 }
 
@@ -362,12 +364,10 @@ absl::StatusOr<std::vector<Work>> RuntimeImpl::SubmitAll(
   for (size_t i = 0; i < entries->size(); ++i) {
     TensorEntry* entry = (*entries)[i].get();
     entry->work = std::shared_ptr<internal::WorkState>(states, &(*states)[i]);
-    absl::Status s = Prepare(entry, deadline);
-    if (!s.ok()) return s;
-    works.emplace_back(entry->work);
+    KOLO_RETURN_IF_ERROR(Prepare(entry, deadline));
+    works.push_back(internal::WorkAccess::Make(entry->work));
   }
-  absl::Status s = queue_.AddAll(entries);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(queue_.AddAll(entries));
   return works;
 }
 
@@ -397,7 +397,7 @@ RuntimeStats RuntimeImpl::stats() const {
   s.response_lists_received = counters_.response_lists_received;
   s.collectives_executed = counters_.collectives_executed;
   s.tensors_executed = counters_.tensors_executed;
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
     if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();
     if (set->coordinator) {
@@ -413,11 +413,11 @@ void RuntimeImpl::Notify() { wakeup_.load()->Notify(); }
 
 void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (!fatal_.ok()) return;
     fatal_ = status;
   }
-  state_cv_.notify_all();
+  state_cv_.NotifyAll();
   accepting_ = false;
   if (quiet) {
     logger_.Info(std::string(status.message()));
@@ -440,7 +440,7 @@ void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
   std::vector<std::shared_ptr<ProcessSetState>> sets;
   std::vector<std::pair<Executor*, Backend*>> device_paths;
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     for (auto& [id, set] : sets_) {
       sets.push_back(set);
       if (set->cuda_executor) {
@@ -462,24 +462,25 @@ void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
 }
 
 absl::Status RuntimeImpl::fatal_status() {
-  std::lock_guard<std::mutex> lock(state_mu_);
+  MutexLock lock(&state_mu_);
   return fatal_;
 }
 
 absl::Status RuntimeImpl::ExplainCollectiveFailure(const absl::Status& error) {
-  std::unique_lock<std::mutex> lock(state_mu_);
-  state_cv_.wait_for(lock, absl::ToChronoNanoseconds(kExplainWait),
-                     [&] { return !fatal_.ok(); });
+  MutexLock lock(&state_mu_);
+  const absl::Time until = absl::Now() + kExplainWait;
+  while (fatal_.ok() && state_cv_.WaitUntil(&state_mu_, until)) {
+  }
   if (!fatal_.ok()) return fatal_;
   return error;
 }
 
 bool RuntimeImpl::StopLoop(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(state_mu_);
-  const bool finished = state_cv_.wait_for(
-      lock, absl::ToChronoNanoseconds(deadline - absl::Now()),
-      [&] { return loop_done_; });
-  lock.unlock();
+  MutexLock lock(&state_mu_);
+  while (!loop_done_ && state_cv_.WaitUntil(&state_mu_, deadline)) {
+  }
+  const bool finished = loop_done_;
+  lock.Unlock();
   if (thread_.joinable()) {
     if (finished) {
       thread_.join();
@@ -510,7 +511,7 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   if (!StopLoop(deadline)) {
     std::string waiting_for = "the other ranks";
     {
-      std::lock_guard<std::mutex> lock(state_mu_);
+      MutexLock lock(&state_mu_);
       if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
         waiting_for = absl::StrCat(RankList(shutdown_waiting_),
                                    " (which never called Shutdown)");
@@ -527,7 +528,7 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   if (absl::IsUnavailable(fatal) && options_.rank != 0) {
     // The coordinator's own Shutdown timed out a moment before ours and it
     // left: what it waited for is the reason, not its departure.
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(&state_mu_);
     if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "Shutdown failed: the coordinator (rank 0) stopped waiting for ",

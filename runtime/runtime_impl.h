@@ -10,7 +10,6 @@
 #define KOLO_RUNTIME_RUNTIME_IMPL_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +26,7 @@
 #include "runtime/executor.h"
 #include "runtime/logging.h"
 #include "runtime/response_cache.h"
+#include "runtime/sync/mutex.h"
 #include "runtime/sync/wakeup.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
@@ -166,8 +166,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   TensorQueue queue_;
   Timeline timeline_;
 
-  mutable std::mutex sets_mu_;
-  std::map<int, std::shared_ptr<ProcessSetState>> sets_;  // guarded by sets_mu_
+  mutable Mutex sets_mu_;
+  std::map<int, std::shared_ptr<ProcessSetState>> sets_
+      KOLO_GUARDED_BY(sets_mu_);
 
   // Wakes the background thread: own_wakeup_, or (set before the thread
   // starts) the control plane's doorbell in shared memory, which peers ring
@@ -179,15 +180,15 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::shared_ptr<std::atomic<int>> waiters_ =
       std::make_shared<std::atomic<int>>(0);
 
-  std::mutex state_mu_;
-  std::condition_variable state_cv_;
-  absl::Status fatal_;         // guarded by state_mu_
-  bool loop_done_ = false;     // guarded by state_mu_
+  Mutex state_mu_;
+  CondVar state_cv_;
+  absl::Status fatal_ KOLO_GUARDED_BY(state_mu_);
+  bool loop_done_ KOLO_GUARDED_BY(state_mu_) = false;
   // Ranks that have not asked to shut down although some have, as the
   // coordinator last said (wire::ShutdownWaiting); for Shutdown()'s
   // timeout message.
-  std::vector<int> shutdown_waiting_;    // guarded by state_mu_
-  bool shutdown_waiting_known_ = false;  // guarded by state_mu_
+  std::vector<int> shutdown_waiting_ KOLO_GUARDED_BY(state_mu_);
+  bool shutdown_waiting_known_ KOLO_GUARDED_BY(state_mu_) = false;
   std::atomic<bool> accepting_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 
-#include "runtime/format.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/controller.h"
+#include "runtime/format.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 
@@ -14,7 +16,7 @@ void TensorEntry::Complete(const absl::Status& status,
   bool last = false;
   absl::Status final_status;
   {
-    std::lock_guard<std::mutex> lock(group->mu);
+    MutexLock lock(&group->mu);
     if (group->status.ok() && !status.ok()) group->status = status;
     last = --group->remaining == 0;
     final_status = group->status;
@@ -70,9 +72,8 @@ bool TensorQueue::InsertLocked(std::unique_ptr<TensorEntry> owned) {
 absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
   bool first = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    absl::Status s = CheckAddLocked(owned->request);
-    if (!s.ok()) return s;
+    MutexLock lock(&mu_);
+    KOLO_RETURN_IF_ERROR(CheckAddLocked(owned->request));
     first = InsertLocked(std::move(owned));
     has_new_.store(true, std::memory_order_release);
     adds_.fetch_add(1, std::memory_order_release);
@@ -86,7 +87,7 @@ absl::Status TensorQueue::AddAll(
   std::vector<std::unique_ptr<TensorEntry>>& batch = *entries;
   bool first = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Inserted one by one (so that a name twice in the batch meets its
     // first copy), and taken out again if one is refused.
     const size_t unsent = new_entries_.size();
@@ -129,7 +130,7 @@ absl::Status TensorQueue::AddAll(
 
 std::unique_ptr<TensorEntry> TensorQueue::NewEntry() {
   {
-    std::lock_guard<std::mutex> lock(free_mu_);
+    MutexLock lock(&free_mu_);
     if (!free_.empty()) {
       std::unique_ptr<TensorEntry> e = std::move(free_.back());
       free_.pop_back();
@@ -144,7 +145,7 @@ void TensorQueue::NewEntries(size_t n,
   out->clear();
   out->reserve(n);
   {
-    std::lock_guard<std::mutex> lock(free_mu_);
+    MutexLock lock(&free_mu_);
     while (out->size() < n && !free_.empty()) {
       out->push_back(std::move(free_.back()));
       free_.pop_back();
@@ -164,7 +165,7 @@ void TensorQueue::Recycle(std::vector<std::unique_ptr<TensorEntry>>* entries) {
   }
   entries->resize(kept);
   if (kept > 0) {
-    std::lock_guard<std::mutex> lock(free_mu_);
+    MutexLock lock(&free_mu_);
     for (auto& e : *entries) {
       if (free_.size() >= kMaxFreeEntries) break;
       free_.push_back(std::move(e));
@@ -174,13 +175,13 @@ void TensorQueue::Recycle(std::vector<std::unique_ptr<TensorEntry>>* entries) {
 }
 
 size_t TensorQueue::free_entries() const {
-  std::lock_guard<std::mutex> lock(free_mu_);
+  MutexLock lock(&free_mu_);
   return free_.size();
 }
 
 void TensorQueue::TakeNewRequests(
     const std::function<void(const wire::Request&)>& fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (TensorEntry* e : new_entries_) {
     fn(e->request);
     e->sent = true;
@@ -193,7 +194,7 @@ std::unique_ptr<TensorEntry> TensorQueue::Take(int process_set,
                                                const std::string& name) {
   std::unique_ptr<TensorEntry> entry;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto set = table_.find(process_set);
     if (set == table_.end()) return nullptr;
     auto it = set->second.find(name);
@@ -201,7 +202,7 @@ std::unique_ptr<TensorEntry> TensorQueue::Take(int process_set,
     entry = std::move(it->second);
     set->second.erase(it);
     ForgetUnsent(entry.get());
-    drained_cv_.notify_all();
+    drained_cv_.NotifyAll();
   }
   return entry;
 }
@@ -219,7 +220,7 @@ void TensorQueue::TakeAll(
     std::vector<std::unique_ptr<TensorEntry>>* out) {
   out->clear();
   out->resize(names.size());
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto set = table_.find(process_set);
   if (set == table_.end()) return;
   for (int i = 0; i < names.size(); ++i) {
@@ -229,11 +230,11 @@ void TensorQueue::TakeAll(
     set->second.erase(it);
     ForgetUnsent((*out)[i].get());
   }
-  drained_cv_.notify_all();
+  drained_cv_.NotifyAll();
 }
 
 absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Called on every turn of the background loop: a scan only once the
   // earliest deadline (possibly of an entry already taken) has come.
   if (now < earliest_deadline_) return earliest_deadline_;
@@ -273,12 +274,12 @@ absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
 void TensorQueue::Close(const absl::Status& status) {
   Table table;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_.ok()) closed_ = status;
     table.swap(table_);
     new_entries_.clear();
     has_new_.store(false, std::memory_order_release);
-    drained_cv_.notify_all();
+    drained_cv_.NotifyAll();
   }
   for (auto& [set, names] : table) {
     for (auto& [name, e] : names) {
@@ -293,7 +294,7 @@ void TensorQueue::Close(const absl::Status& status) {
 void TensorQueue::FailSet(int process_set, const absl::Status& status) {
   absl::flat_hash_map<absl::string_view, std::unique_ptr<TensorEntry>> names;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = table_.find(process_set);
     if (it == table_.end()) return;
     names.swap(it->second);
@@ -305,7 +306,7 @@ void TensorQueue::FailSet(int process_set, const absl::Status& status) {
                        }),
         new_entries_.end());
     has_new_.store(!new_entries_.empty(), std::memory_order_release);
-    drained_cv_.notify_all();
+    drained_cv_.NotifyAll();
   }
   for (auto& [name, e] : names) {
     e->Complete(absl::Status(
@@ -315,36 +316,32 @@ void TensorQueue::FailSet(int process_set, const absl::Status& status) {
   }
 }
 
-bool TensorQueue::WaitDrained(absl::Time deadline) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto drained = [&] {
-    for (auto& [set, names] : table_) {
-      for (auto& [name, e] : names) {
-        if (!e->scratch) return false;
-      }
-    }
-    return true;
-  };
-  while (!drained()) {
-    if (drained_cv_.wait_for(
-            lock, absl::ToChronoNanoseconds(deadline - absl::Now())) ==
-            std::cv_status::timeout &&
-        absl::Now() >= deadline) {
-      return drained();
+bool TensorQueue::DrainedLocked() const {
+  for (auto& [set, names] : table_) {
+    for (auto& [name, e] : names) {
+      if (!e->scratch) return false;
     }
   }
   return true;
 }
 
+bool TensorQueue::WaitDrained(absl::Time deadline) {
+  MutexLock lock(&mu_);
+  while (!DrainedLocked()) {
+    if (!drained_cv_.WaitUntil(&mu_, deadline)) return DrainedLocked();
+  }
+  return true;
+}
+
 size_t TensorQueue::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   size_t n = 0;
   for (const auto& [set, names] : table_) n += names.size();
   return n;
 }
 
 absl::Status TensorQueue::closed_status() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return closed_;
 }
 

@@ -11,11 +11,9 @@
 #define KOLO_RUNTIME_TENSOR_QUEUE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,16 +23,19 @@
 #include "absl/time/time.h"
 #include "kolo/runtime.h"
 #include "kolo/work.h"
+#include "runtime/sync/mutex.h"
 #include "runtime/wire.pb.h"
+#include "runtime/work_state.h"
 
 namespace kolo {
 
 // Completion of a grouped allreduce: one Work for all members; the first
 // error wins.
 struct GroupCompletion {
-  std::mutex mu;
-  int remaining = 0;          // guarded by mu
-  absl::Status status;        // guarded by mu
+  explicit GroupCompletion(int members) : remaining(members) {}
+  Mutex mu;
+  int remaining KOLO_GUARDED_BY(mu) = 0;
+  absl::Status status KOLO_GUARDED_BY(mu);
   std::shared_ptr<internal::WorkState> work;
 };
 
@@ -130,34 +131,36 @@ class TensorQueue {
 
  private:
   const std::function<void()> notify_;
-  mutable std::mutex mu_;
-  std::condition_variable drained_cv_;
+  mutable Mutex mu_;
+  CondVar drained_cv_;
   // Separate from mu_: callers take entries while the background thread
   // holds mu_ to take responses' entries.
-  mutable std::mutex free_mu_;
-  std::vector<std::unique_ptr<TensorEntry>> free_;  // guarded by free_mu_
+  mutable Mutex free_mu_;
+  std::vector<std::unique_ptr<TensorEntry>> free_ KOLO_GUARDED_BY(free_mu_);
   // Adds under mu_ (the part of Add after the checks); whether it was the
   // first new request since the background thread took them.
-  bool InsertLocked(std::unique_ptr<TensorEntry> owned);
-  // Add's refusal of `request`, if any (requires mu_).
-  absl::Status CheckAddLocked(const wire::Request& request);
+  bool InsertLocked(std::unique_ptr<TensorEntry> owned) KOLO_REQUIRES(mu_);
+  // Add's refusal of `request`, if any.
+  absl::Status CheckAddLocked(const wire::Request& request) KOLO_REQUIRES(mu_);
   // Process set -> name -> entry (names are unique per process set). The
   // key views the entry's own request name.
   using Table = absl::flat_hash_map<
       int,
       absl::flat_hash_map<absl::string_view, std::unique_ptr<TensorEntry>>>;
-  Table table_;  // guarded by mu_
+  Table table_ KOLO_GUARDED_BY(mu_);
   // Entries of table_ not sent yet, in submission order (an entry taken
   // before it was sent leaves both: ForgetUnsent; Close empties both).
-  std::vector<TensorEntry*> new_entries_;  // guarded by mu_
+  std::vector<TensorEntry*> new_entries_ KOLO_GUARDED_BY(mu_);
   std::atomic<bool> has_new_{false};  // !new_entries_.empty()
   // Removes `e` from new_entries_ if it is there (taken before it was sent:
   // an error response for a name other ranks sent).
-  void ForgetUnsent(const TensorEntry* e);  // requires mu_
+  void ForgetUnsent(const TensorEntry* e) KOLO_REQUIRES(mu_);
+  // No entry waits for a response (timed-out ones aside).
+  bool DrainedLocked() const KOLO_REQUIRES(mu_);
   std::atomic<uint64_t> adds_{0};
   // No entry's deadline is earlier (a stale value is only earlier).
-  absl::Time earliest_deadline_ = absl::InfiniteFuture();  // guarded by mu_
-  absl::Status closed_;                                        // guarded by mu_
+  absl::Time earliest_deadline_ KOLO_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Status closed_ KOLO_GUARDED_BY(mu_);
 };
 
 }  // namespace kolo

@@ -1,9 +1,9 @@
 #include "runtime/timeline.h"
-#include "runtime/collectives.h"
-
-#include "runtime/wire.pb.h"
 
 #include "absl/strings/str_cat.h"
+#include "runtime/collectives.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/wire.pb.h"
 
 namespace kolo {
 namespace {
@@ -40,7 +40,7 @@ const char* OperationPhase(int response_type) {
 }
 
 absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  MutexLock lifecycle(&lifecycle_mu_);
   if (enabled()) return absl::FailedPreconditionError("the timeline is already on");
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (!file) {
@@ -53,7 +53,7 @@ absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
   std::fputs("[\n", file_);
   start_ = std::chrono::steady_clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = false;
   }
   writer_ = std::thread(&Timeline::WriterLoop, this);
@@ -63,14 +63,14 @@ absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
 }
 
 void Timeline::Stop() {
-  std::lock_guard<std::mutex> lifecycle(lifecycle_mu_);
+  MutexLock lifecycle(&lifecycle_mu_);
   if (!writer_.joinable()) return;
   enabled_ = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
   writer_.join();
   std::fputs("\n]\n", file_);
   std::fclose(file_);
@@ -79,7 +79,7 @@ void Timeline::Stop() {
 
 void Timeline::Push(Event event) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopping_) return;
     if (queue_.size() >= kMaxQueued) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
@@ -87,7 +87,7 @@ void Timeline::Push(Event event) {
     }
     queue_.push_back(std::move(event));
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void Timeline::Begin(const std::string& tensor, const char* phase,
@@ -118,8 +118,8 @@ void Timeline::WriterLoop() {
   while (true) {
     bool stopping;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
       batch.swap(queue_);
       stopping = stopping_;
     }
@@ -127,7 +127,7 @@ void Timeline::WriterLoop() {
     batch.clear();
     std::fflush(file_);
     if (stopping) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (queue_.empty()) return;
     }
   }

@@ -19,7 +19,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <mutex>
@@ -28,6 +27,7 @@
 #include <unordered_map>
 
 #include "absl/status/status.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 
@@ -78,12 +78,12 @@ class Timeline {
   std::atomic<bool> mark_cycles_{false};
   std::atomic<int64_t> dropped_{0};
   std::chrono::steady_clock::time_point start_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> queue_;  // guarded by mu_
-  bool stopping_ = false;    // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Event> queue_ KOLO_GUARDED_BY(mu_);
+  bool stopping_ KOLO_GUARDED_BY(mu_) = false;
   std::thread writer_;
-  std::mutex lifecycle_mu_;  // serializes Start/Stop
+  Mutex lifecycle_mu_;  // serializes Start/Stop
   // Writer thread only:
   std::FILE* file_ = nullptr;
   bool first_event_ = true;

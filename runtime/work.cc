@@ -1,12 +1,10 @@
 #include "kolo/work.h"
 
-#include <algorithm>
+#include <string>
+#include <utility>
 
-#include "runtime/format.h"
-#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
-#include "absl/time/clock.h"
-#include "runtime/sync/wakeup.h"
+#include "runtime/work_state.h"
 
 namespace kolo {
 
@@ -21,6 +19,9 @@ int LostRank(const absl::Status& status) {
   if (!rank || !absl::SimpleAtoi(std::string(*rank), &parsed)) return -1;
   return parsed;
 }
+
+Work::Work(std::shared_ptr<internal::WorkState> state)
+    : state_(std::move(state)) {}
 
 bool Work::IsCompleted() const { return state_ && state_->IsCompleted(); }
 
@@ -44,111 +45,4 @@ std::vector<int64_t> Work::received_splits() const {
   return state_->splits();
 }
 
-namespace internal {
-
-bool WorkState::Complete(absl::Status status, std::vector<int64_t> splits) {
-  bool wake = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return false;
-    done_ = true;
-    status_ = std::move(status);
-    splits_ = std::move(splits);
-    done_flag_.store(true, std::memory_order_release);
-    // Most Works are waited for by polling (or not yet at all): no system
-    // call unless someone sleeps on cv_.
-    wake = blocked_ > 0;
-  }
-  if (wake) cv_.notify_all();
-  return true;
-}
-
-void WorkState::SetWaitPolicy(absl::Duration spin,
-                              std::shared_ptr<std::atomic<int>> waiters) {
-  spin_ = spin;
-  waiters_ = std::move(waiters);
-}
-
-bool WorkState::IsCompleted() const {
-  return done_flag_.load(std::memory_order_acquire);
-}
-
-absl::Status WorkState::Wait(absl::Duration timeout) const {
-  if (!done_flag_.load(std::memory_order_acquire)) {
-    // Counted as waiting (spinning or blocked) for the whole wait.
-    struct Counted {
-      explicit Counted(std::atomic<int>* w) : waiters(w) {
-        if (waiters) waiters->fetch_add(1, std::memory_order_seq_cst);
-      }
-      ~Counted() {
-        if (waiters) waiters->fetch_sub(1, std::memory_order_seq_cst);
-      }
-      std::atomic<int>* waiters;
-    } counted(waiters_.get());
-    const absl::Time start = absl::Now();
-    SpinUntil([&] { return done_flag_.load(std::memory_order_acquire); },
-              std::min(spin_, timeout));
-    return WaitBlocking(timeout == absl::InfiniteDuration()
-                            ? timeout
-                            : timeout - (absl::Now() - start),
-                        timeout);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  return status_;
-}
-
-absl::Status WorkState::WaitQuietly(absl::Duration timeout) const {
-  if (!done_flag_.load(std::memory_order_acquire)) {
-    return WaitBlocking(timeout, timeout);
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  return status_;
-}
-
-absl::Status WorkState::WaitBlocking(absl::Duration remaining,
-                                     absl::Duration timeout) const {
-  std::unique_lock<std::mutex> lock(mu_);
-  ++blocked_;
-  bool done = true;
-  if (remaining == absl::InfiniteDuration()) {
-    cv_.wait(lock, [&] { return done_; });
-  } else {
-    done = cv_.wait_for(
-        lock,
-        absl::ToChronoNanoseconds(std::max(remaining, absl::ZeroDuration())),
-        [&] { return done_; });
-  }
-  --blocked_;
-  if (!done) {
-    absl::Status expired = absl::DeadlineExceededError(
-        "Work::Wait timed out after " + FormatSeconds(timeout) +
-        "; the collective is still pending");
-    expired.SetPayload(kWaitTimeoutPayload, absl::Cord("1"));
-    return expired;
-  }
-  return status_;
-}
-
-absl::Status WorkState::status() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!done_) return absl::UnknownError("pending");
-  return status_;
-}
-
-std::vector<int64_t> WorkState::splits() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return splits_;
-}
-
-void WorkState::SetValue(int64_t value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!done_) value_ = value;
-}
-
-int64_t WorkState::value() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return value_;
-}
-
-}  // namespace internal
 }  // namespace kolo

@@ -11,7 +11,7 @@ passed=0
 failed=0
 skipped=0
 log=$(mktemp)
-trap 'rm -f "$log" "$log.san" "$log.fuzz"' EXIT
+trap 'rm -f "$log" "$log.san" "$log.fuzz" "$log.tsa"' EXIT
 
 bazel test --keep_going --test_tag_filters=-gpu //... 2>&1 | tee "$log"
 
@@ -63,6 +63,21 @@ else
     failed=$((failed + s_fail))
     rm -f "$log.san"
   done
+
+  # clang's thread-safety analysis over everything with a lock (one test).
+  echo "=== tools/thread_safety.sh ==="
+  tools/thread_safety.sh > "$log.tsa" 2>&1
+  tsa_status=$?
+  grep -E "error:|ERROR:" "$log.tsa" | head -60
+  tail -3 "$log.tsa"
+  rm -f "$log.tsa"
+  if [ "$tsa_status" -eq 0 ]; then
+    echo "PASSED tools/thread_safety.sh"
+    passed=$((passed + 1))
+  else
+    echo "FAILED tools/thread_safety.sh"
+    failed=$((failed + 1))
+  fi
 
   # Fuzzers: a short run of each (tools/fuzz.sh SECONDS for longer ones).
   echo "=== tools/fuzz.sh ${KOLO_FUZZ_SECONDS:-20} ==="

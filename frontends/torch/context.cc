@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace torch {
@@ -35,10 +36,10 @@ struct PendingOp {
   // succeeded, each `second` (a contiguous buffer) is copied into `first`.
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_backs;
 
-  std::mutex mu;
-  std::vector<at::Tensor> results;  // guarded by mu (allocators write it)
-  bool finished = false;            // guarded by mu
-  absl::Status status;              // guarded by mu
+  Mutex mu;
+  std::vector<at::Tensor> results KOLO_GUARDED_BY(mu);  // (allocators write it)
+  bool finished KOLO_GUARDED_BY(mu) = false;
+  absl::Status status KOLO_GUARDED_BY(mu);
 };
 
 }  // namespace detail
@@ -129,12 +130,12 @@ class StreamReadyEvent : public kolo::ReadyEvent {
   }
   bool Ready() override {
     // c10::Event is not thread-safe; the runtime may poll from two threads.
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return event_.query();
   }
 
  private:
-  std::mutex mu_;
+  Mutex mu_;
   c10::Event event_;
 };
 
@@ -157,6 +158,7 @@ at::Tensor InPlaceBuffer(const at::Tensor& caller, const at::Tensor& t,
   at::Tensor buffer = t.is_contiguous() ? t : t.contiguous();
   if (!t.is_contiguous()) op->copy_backs.emplace_back(t, buffer);
   op->buffers.push_back(buffer);
+  MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
   op->results.push_back(caller);
   return buffer;
 }
@@ -173,7 +175,7 @@ kolo::OutputAllocator AllocatorFor(const std::shared_ptr<PendingOp>& op,
     auto pending = weak.lock();
     if (!pending) return absl::CancelledError("the Handle was destroyed");
     at::Tensor out = at::empty(shape, options);
-    std::lock_guard<std::mutex> lock(pending->mu);
+    MutexLock lock(&pending->mu);
     pending->results.assign(1, out);
     return out.data_ptr();
   };
@@ -181,7 +183,7 @@ kolo::OutputAllocator AllocatorFor(const std::shared_ptr<PendingOp>& op,
 
 const std::vector<at::Tensor>& Finish(PendingOp* op) {
   absl::Status status = op->work.Wait();
-  std::lock_guard<std::mutex> lock(op->mu);
+  MutexLock lock(&op->mu);
   if (!op->finished) {
     op->finished = true;
     op->status = status;
@@ -239,8 +241,18 @@ std::shared_ptr<Context> Context::FromEnvironment() {
   return Create(*options);
 }
 
+struct Context::Tracking {
+  Mutex mu;
+  // Counters for generated names, per collective and process set.
+  std::map<std::pair<int, int>, int64_t> unnamed KOLO_GUARDED_BY(mu);
+  // Submitted collectives, pruned of completed ones when the list reaches
+  // prune_at (amortised O(1) per submit).
+  std::vector<std::shared_ptr<PendingOp>> in_flight KOLO_GUARDED_BY(mu);
+  size_t prune_at KOLO_GUARDED_BY(mu) = 64;
+};
+
 Context::Context(std::shared_ptr<kolo::Runtime> runtime)
-    : runtime_(std::move(runtime)) {
+    : runtime_(std::move(runtime)), tracking_(std::make_unique<Tracking>()) {
   if (!runtime_) {
     throw Error(absl::StatusCode::kInvalidArgument,
                 "kolo::torch::Context needs a runtime");
@@ -248,7 +260,7 @@ Context::Context(std::shared_ptr<kolo::Runtime> runtime)
 }
 
 Context::~Context() {
-  // Drop the runtime before the tensors of in_flight_: if this was its last
+  // Drop the runtime before the tensors in flight: if this was its last
   // reference it aborts, failing the pending collectives that use them.
   runtime_.reset();
 }
@@ -265,16 +277,17 @@ Handle Context::Track(std::shared_ptr<PendingOp> op, Submit submit) {
   absl::StatusOr<kolo::Work> work = submit();
   if (!work.ok()) throw Error(work.status());
   op->work = *std::move(work);
-  std::lock_guard<std::mutex> lock(in_flight_mu_);
-  if (in_flight_.size() >= prune_at_) {
-    in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
-                                    [](const std::shared_ptr<PendingOp>& p) {
-                                      return p->work.IsCompleted();
-                                    }),
-                     in_flight_.end());
-    prune_at_ = std::max<size_t>(64, 2 * in_flight_.size());
+  Tracking& t = *tracking_;
+  MutexLock lock(&t.mu);
+  if (t.in_flight.size() >= t.prune_at) {
+    t.in_flight.erase(std::remove_if(t.in_flight.begin(), t.in_flight.end(),
+                                     [](const std::shared_ptr<PendingOp>& p) {
+                                       return p->work.IsCompleted();
+                                     }),
+                      t.in_flight.end());
+    t.prune_at = std::max<size_t>(64, 2 * t.in_flight.size());
   }
-  in_flight_.push_back(op);
+  t.in_flight.push_back(op);
   return Handle(std::move(op));
 }
 
@@ -288,8 +301,8 @@ std::string Context::NameFor(Collective collective, const std::string& given,
   // Counted per process set: only its members make its collectives.
   int64_t n;
   {
-    std::lock_guard<std::mutex> lock(in_flight_mu_);
-    n = unnamed_[{collective, process_set}]++;
+    MutexLock lock(&tracking_->mu);
+    n = tracking_->unnamed[{collective, process_set}]++;
   }
   if (process_set == kGlobalProcessSet) return absl::StrCat(kPrefix[collective], n);
   return absl::StrCat(kPrefix[collective], "set", process_set, ".", n);
@@ -310,6 +323,7 @@ Handle Context::Allreduce(const at::Tensor& tensor,
     at::Tensor in = t.contiguous();
     at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
     op->buffers = {in};
+    MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
     op->results = {out};
     request.input = ViewOf(in, op_name, op->name);
     request.output = ViewOf(out, op_name, op->name);
@@ -365,6 +379,7 @@ Handle Context::GroupedAllreduce(const std::vector<at::Tensor>& tensors,
       at::Tensor in = t.contiguous();
       at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
       op->buffers.push_back(in);
+      MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
       op->results.push_back(out);
       request.input = ViewOf(in, op_name, request.name);
       request.output = ViewOf(out, op_name, request.name);
@@ -434,6 +449,7 @@ Handle Context::Broadcast(const at::Tensor& tensor,
   } else {
     buffer = t.clone(at::MemoryFormat::Contiguous);
     op->buffers = {buffer};
+    MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
     op->results = {buffer};
   }
   kolo::BroadcastRequest request;
@@ -522,7 +538,10 @@ Handle Context::reducescatter_async(const at::Tensor& tensor,
                           static_cast<int>(me - ranks.begin()));
   at::Tensor out = at::empty(out_shape, in.options());
   op->buffers = {in};
-  op->results = {out};
+  {
+    MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
+    op->results = {out};
+  }
   kolo::ReducescatterRequest request;
   request.name = op->name;
   request.input = ViewOf(in, op_name, op->name);
@@ -582,59 +601,64 @@ void Context::shutdown(absl::Duration timeout) {
   absl::Status status = runtime_->Shutdown(timeout);
   {
     // Every Work has completed now (Shutdown completes or fails them all).
-    std::lock_guard<std::mutex> lock(in_flight_mu_);
-    in_flight_.clear();
+    MutexLock lock(&tracking_->mu);
+    tracking_->in_flight.clear();
   }
   if (!status.ok()) throw Error(status);
 }
 
 namespace {
 
-std::mutex& DefaultMutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-
 // The frontend's one default instance, for programs launched by kolorun.
-std::shared_ptr<Context>& DefaultSlot() {
-  static auto* slot = new std::shared_ptr<Context>;
-  return *slot;
+struct DefaultInstance {
+  Mutex mu;
+  std::shared_ptr<Context> context KOLO_GUARDED_BY(mu);
+};
+
+DefaultInstance& Default() {
+  static auto* instance = new DefaultInstance;
+  return *instance;
 }
 
 }  // namespace
 
 void init() {
-  std::lock_guard<std::mutex> lock(DefaultMutex());
-  if (!DefaultSlot()) DefaultSlot() = Context::FromEnvironment();
+  DefaultInstance& d = Default();
+  MutexLock lock(&d.mu);
+  if (!d.context) d.context = Context::FromEnvironment();
 }
 
 void init(const kolo::Options& options) {
-  std::lock_guard<std::mutex> lock(DefaultMutex());
-  if (!DefaultSlot()) DefaultSlot() = Context::Create(options);
+  DefaultInstance& d = Default();
+  MutexLock lock(&d.mu);
+  if (!d.context) d.context = Context::Create(options);
 }
 
 bool is_initialized() {
-  std::lock_guard<std::mutex> lock(DefaultMutex());
-  return DefaultSlot() != nullptr;
+  DefaultInstance& d = Default();
+  MutexLock lock(&d.mu);
+  return d.context != nullptr;
 }
 
 void shutdown() {
   std::shared_ptr<Context> context;
   {
-    std::lock_guard<std::mutex> lock(DefaultMutex());
-    context = std::move(DefaultSlot());
-    DefaultSlot() = nullptr;
+    DefaultInstance& d = Default();
+    MutexLock lock(&d.mu);
+    context = std::move(d.context);
+    d.context = nullptr;
   }
   if (context) context->shutdown();
 }
 
 std::shared_ptr<Context> default_context() {
-  std::lock_guard<std::mutex> lock(DefaultMutex());
-  if (!DefaultSlot()) {
+  DefaultInstance& d = Default();
+  MutexLock lock(&d.mu);
+  if (!d.context) {
     throw Error(absl::StatusCode::kFailedPrecondition,
                 "kolo::torch::init() has not been called (or shutdown() was)");
   }
-  return DefaultSlot();
+  return d.context;
 }
 
 int rank() { return default_context()->rank(); }

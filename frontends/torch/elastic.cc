@@ -1,9 +1,9 @@
 #include "kolo/torch/elastic.h"
 
 #include <algorithm>
-#include <random>
 #include <memory>
 #include <mutex>
+#include <random>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +12,7 @@
 #include "kolo/runtime.h"
 #include "kolo/torch/broadcast.h"
 #include "kolo/torch/distributed_optimizer.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace torch {
@@ -19,8 +20,8 @@ namespace elastic {
 namespace {
 
 struct Module {
-  std::mutex mu;
-  std::unique_ptr<kolo::elastic::Membership> membership;  // guarded by mu
+  Mutex mu;
+  std::unique_ptr<kolo::elastic::Membership> membership KOLO_GUARDED_BY(mu);
   int64_t checks = 0;  // hosts_updated() calls in this generation
 };
 
@@ -33,7 +34,7 @@ Module& ModuleState() {
 // of the generation it started in.
 kolo::elastic::Membership& GetMembership() {
   Module& m = ModuleState();
-  std::lock_guard<std::mutex> lock(m.mu);
+  MutexLock lock(&m.mu);
   if (!m.membership) {
     absl::StatusOr<kolo::Options> options =
         kolo::Runtime::OptionsFromEnvironment();

@@ -7,8 +7,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace torch {
@@ -61,20 +62,20 @@ struct GradientReducer::State {
   std::shared_ptr<Context> context;
   DistributedOptimizerOptions options;
 
-  std::mutex mu;
-  // Both vectors are fixed after construction; the fields of their elements
-  // are guarded by mu.
-  std::vector<Slot> slots;
-  std::vector<Group> groups;
-  bool synchronized = false;  // guarded by mu; since the last backward
-  bool skip_next = false;     // guarded by mu
+  Mutex mu;
+  // Their sizes are fixed after construction; their elements change under
+  // mu (the hooks, synchronize()).
+  std::vector<Slot> slots KOLO_GUARDED_BY(mu);
+  std::vector<Group> groups KOLO_GUARDED_BY(mu);
+  bool synchronized KOLO_GUARDED_BY(mu) = false;  // since the last backward
+  bool skip_next KOLO_GUARDED_BY(mu) = false;
   // The first error a hook kept (Note [No error leaves a hook]).
-  std::optional<Error> hook_error;  // guarded by mu
+  std::optional<Error> hook_error KOLO_GUARDED_BY(mu);
 
   // The hook of slot `i`: a backward pass has accumulated its gradient.
   // Never throws.
   void OnAccumulated(size_t i) noexcept {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     Slot& slot = slots[i];
     synchronized = false;
     if (++slot.passes > options.backward_passes_per_step()) {
@@ -103,7 +104,7 @@ struct GradientReducer::State {
     }
   }
 
-  void KeepLocked(const Error& error) {
+  void KeepLocked(const Error& error) KOLO_REQUIRES(mu) {
     if (hook_error) return;
     hook_error = error;
     // Said at once too: a program that never calls step() or synchronize()
@@ -123,7 +124,7 @@ struct GradientReducer::State {
   // The tensor to allreduce for `slot`: its gradient (zero-filled if no pass
   // reached the parameter, densified if sparse and allowed), or a compressed
   // copy of it.
-  at::Tensor WireTensorLocked(Slot& slot) {
+  at::Tensor WireTensorLocked(Slot& slot) KOLO_REQUIRES(mu) {
     at::Tensor grad = slot.param.grad();
     if (!grad.defined()) {
       grad = at::zeros_like(slot.param, at::MemoryFormat::Contiguous);
@@ -152,7 +153,7 @@ struct GradientReducer::State {
     return grad;
   }
 
-  void SubmitLocked(Group& group) {
+  void SubmitLocked(Group& group) KOLO_REQUIRES(mu) {
     const double f = options.gradient_predivide_factor();
     // Average(x / f) * f == Average(x); the sum itself runs on x / f.
     const double prescale = 1.0 / f, postscale = f;
@@ -184,21 +185,22 @@ struct GradientReducer::State {
     group.submitted = true;
   }
 
-  bool AnySubmittedLocked() const {
+  bool AnySubmittedLocked() const KOLO_REQUIRES(mu) {
     for (const Group& group : groups) {
       if (group.submitted) return true;
     }
     return false;
   }
 
-  void ResetPassesLocked() {
+  void ResetPassesLocked() KOLO_REQUIRES(mu) {
     for (Slot& slot : slots) slot.passes = 0;
     for (Group& group : groups) group.ready = 0;
   }
 
   // Partitions the slots into groups (see DistributedOptimizerOptions).
   // `param_names` holds each slot's parameter name (without the prefix).
-  void MakeGroups(const std::vector<std::string>& param_names) {
+  void MakeGroups(const std::vector<std::string>& param_names)
+      KOLO_REQUIRES(mu) {
     const auto& lists = options.groups();
     const int n = options.num_groups();
     if (n < 0) throw Invalid(absl::StrCat("num_groups must be >= 0, not ", n));
@@ -252,7 +254,7 @@ struct GradientReducer::State {
   }
 
   // synchronize() with mu held.
-  void SynchronizeLocked() {
+  void SynchronizeLocked() KOLO_REQUIRES(mu) {
     // Submit what the hooks have not: gradients of fewer than
     // backward_passes_per_step passes, parameters no pass reached, and
     // groups not complete.
@@ -317,6 +319,9 @@ GradientReducer::GradientReducer(
 
   std::unordered_set<std::string> seen;
   std::vector<std::string> param_names;
+  // Nothing shares the state yet (no hook is installed): the lock is for
+  // the analysis (Note [Annotated locks]).
+  MutexLock lock(&state_->mu);
   state_->slots.resize(parameters.size());
   for (size_t i = 0; i < parameters.size(); ++i) {
     const auto& [name, param] = parameters[i];
@@ -349,7 +354,7 @@ GradientReducer::GradientReducer(
 }
 
 GradientReducer::~GradientReducer() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   for (State::Slot& slot : state_->slots) {
     if (slot.accumulator && slot.hook_key) {
       slot.accumulator->del_post_hook(slot.hook_key);
@@ -359,22 +364,23 @@ GradientReducer::~GradientReducer() {
 
 std::vector<std::string> GradientReducer::names() const {
   std::vector<std::string> out;
+  MutexLock lock(&state_->mu);
   for (const State::Slot& slot : state_->slots) out.push_back(slot.name);
   return out;
 }
 
 void GradientReducer::synchronize() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   state_->SynchronizeLocked();
 }
 
 void GradientReducer::skip_synchronize() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   state_->skip_next = true;
 }
 
 void GradientReducer::BeforeStep() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   if (state_->skip_next) {
     state_->skip_next = false;
     if (state_->AnySubmittedLocked()) {
@@ -394,12 +400,12 @@ void GradientReducer::BeforeStep() {
 }
 
 void GradientReducer::AfterStep() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   state_->synchronized = false;
 }
 
 void GradientReducer::BeforeZeroGrad() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   if (state_->AnySubmittedLocked()) {
     throw Misuse(
         "zero_grad() while gradient allreduces are in flight (after "
@@ -410,7 +416,7 @@ void GradientReducer::BeforeZeroGrad() {
 }
 
 void GradientReducer::reset() {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  MutexLock lock(&state_->mu);
   for (State::Group& group : state_->groups) {
     if (group.submitted) group.handle.block();
     group.submitted = false;

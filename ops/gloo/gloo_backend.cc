@@ -9,8 +9,10 @@
 #include "gloo/allreduce.h"
 #include "gloo/alltoallv.h"
 #include "gloo/broadcast.h"
+#include "ops/cpu/host_backend.h"
 #include "ops/cpu/reduce.h"
 #include "ops/gloo/gloo_context.h"
+#include "runtime/status_macros.h"
 
 namespace kolo {
 namespace gloo_backend {
@@ -29,7 +31,7 @@ void SetAllreduceBuffers(::gloo::AllreduceOptions& opts, void* data,
   opts.setOutput(static_cast<T*>(data), count);
 }
 
-class GlooBackend : public Backend {
+class GlooBackend : public cpu::HostBackend {
  public:
   explicit GlooBackend(const BackendContext& c) : rank_(c.rank), size_(c.size) {}
 
@@ -140,15 +142,6 @@ class GlooBackend : public Backend {
     return absl::OkStatus();
   }
 
-  void Combine(void* out, const void* in, size_t count, DataType dtype,
-               ReduceOp op) override {
-    cpu::Reduce(op, dtype, out, out, in, count);
-  }
-
-  void Scale(void* data, size_t count, DataType dtype, double factor) override {
-    cpu::Scale(dtype, data, count, factor);
-  }
-
   void Close() override {
     // gloo has no abort. Closing our pairs makes every peer's I/O with us
     // fail at once (they see the connection close), so peers stuck in a
@@ -180,8 +173,7 @@ const BackendRegistrar kRegistrar(DeviceType::kCpu, "gloo",
 absl::StatusOr<std::unique_ptr<Backend>> CreateGlooBackend(
     const BackendContext& context) {
   auto backend = std::make_unique<GlooBackend>(context);
-  absl::Status s = backend->Connect(context);
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(backend->Connect(context));
   return std::unique_ptr<Backend>(std::move(backend));
 }
 

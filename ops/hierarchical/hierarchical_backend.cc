@@ -4,7 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kolo/store.h"
-#include "ops/cpu/reduce.h"
+#include "ops/cpu/host_backend.h"
+#include "runtime/status_macros.h"
 
 namespace kolo {
 namespace hierarchical {
@@ -43,7 +44,7 @@ bool Worthwhile(const std::vector<std::string>& hosts) {
 
 namespace {
 
-class HierarchicalBackend : public Backend {
+class HierarchicalBackend : public cpu::HostBackend {
  public:
   HierarchicalBackend(Layout layout, std::unique_ptr<Backend> local,
                       std::unique_ptr<Backend> leaders,
@@ -101,15 +102,6 @@ class HierarchicalBackend : public Backend {
     return flat_->Alltoallv(input, send, output, recv);
   }
 
-  void Combine(void* out, const void* in, size_t count, DataType dtype,
-               ReduceOp op) override {
-    cpu::Reduce(op, dtype, out, out, in, count);
-  }
-
-  void Scale(void* data, size_t count, DataType dtype, double factor) override {
-    cpu::Scale(dtype, data, count, factor);
-  }
-
   void Close() override {
     if (local_) local_->Close();
     if (leaders_) leaders_->Close();
@@ -158,11 +150,10 @@ absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendContext& context) {
       local_status = shm.status();
     }
   }
-  absl::Status s = context.store->Set(
+  KOLO_RETURN_IF_ERROR(context.store->Set(
       absl::StrCat("outcome/", context.rank),
       local_status.ok() ? std::string("ok")
-                        : std::string(local_status.message()));
-  if (!s.ok()) return s;
+                        : std::string(local_status.message())));
   for (int r = 0; r < context.size; ++r) {
     auto outcome =
         context.store->Get(absl::StrCat("outcome/", r), context.start_timeout);

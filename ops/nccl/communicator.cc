@@ -7,6 +7,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "ops/nccl/cuda_util.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace nccl {
@@ -24,12 +26,11 @@ absl::StatusOr<ncclUniqueId> ExchangeId(Store* store, const std::string& key,
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (rank == 0) {
-    absl::Status s = NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
     if (size > 1) {
-      s = store->Set(key, absl::BytesToHexString(absl::string_view(
-                              reinterpret_cast<const char*>(&id), sizeof(id))));
-      if (!s.ok()) return s;
+      KOLO_RETURN_IF_ERROR(store->Set(
+          key, absl::BytesToHexString(absl::string_view(
+                   reinterpret_cast<const char*>(&id), sizeof(id)))));
     }
     return id;
   }
@@ -131,7 +132,7 @@ absl::Status Communicator::AbortedStatus() const {
 absl::Status Communicator::Run(
     const char* what, absl::Time deadline,
     const std::function<ncclResult_t(ncclComm_t)>& issue) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (comm_ == nullptr) return AbortedStatus();
   ncclResult_t result = issue(comm_);
   if (result == ncclSuccess) return absl::OkStatus();
@@ -148,9 +149,9 @@ absl::Status Communicator::Run(
           absl::StrCat(what, " on the ", label_,
                        " was not enqueued before the op timeout (KOLO_OP_TIMEOUT)"));
     }
-    lock.unlock();
+    lock.Unlock();
     backoff.Pause();
-    lock.lock();
+    lock.Lock();
     if (comm_ == nullptr) return AbortedStatus();
   }
 }
@@ -185,7 +186,7 @@ absl::Status Communicator::RunReduction(
 }
 
 absl::Status Communicator::AsyncError() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (comm_ == nullptr) return AbortedStatus();
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
@@ -197,7 +198,7 @@ absl::Status Communicator::AsyncError() {
 }
 
 void Communicator::Abort(const absl::Status& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (comm_ == nullptr) return;
   ncclCommAbort(comm_);  // also frees it; its result says nothing useful
   comm_ = nullptr;
@@ -205,7 +206,7 @@ void Communicator::Abort(const absl::Status& reason) {
 }
 
 bool Communicator::aborted() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return comm_ == nullptr;
 }
 

@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "kolo/store.h"
 #include "kolo/types.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace nccl {
@@ -75,11 +76,11 @@ class Communicator {
  private:
   Communicator(ncclComm_t comm, int rank, int size, std::string label)
       : comm_(comm), rank_(rank), size_(size), label_(std::move(label)) {}
-  absl::Status AbortedStatus() const;  // requires mu_
+  absl::Status AbortedStatus() const KOLO_REQUIRES(mu_);
 
-  std::mutex mu_;
-  ncclComm_t comm_;        // guarded by mu_; null once aborted
-  absl::Status aborted_;   // guarded by mu_
+  Mutex mu_;
+  ncclComm_t comm_ KOLO_GUARDED_BY(mu_);  // null once aborted
+  absl::Status aborted_ KOLO_GUARDED_BY(mu_);
   const int rank_;
   const int size_;
   const std::string label_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "ops/nccl/communicator.h"
 #include "ops/nccl/cuda_util.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace nccl {
@@ -23,10 +24,10 @@ CompletionQueue::~CompletionQueue() {
 
 void CompletionQueue::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -35,7 +36,7 @@ void CompletionQueue::Add(cudaEvent_t event,
                           absl::Duration timeout, std::string what) {
   absl::Status failed;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     failed = failure_;
     if (failed.ok()) {
       pending_.push_back(Entry{next_id_++, event, std::move(done),
@@ -48,14 +49,14 @@ void CompletionQueue::Add(cudaEvent_t event,
     done(failed);
     return;
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void CompletionQueue::FailAll(const absl::Status& status) {
   std::deque<Entry> failed;
   absl::Status reason;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = status;
     reason = failure_;
     failed.swap(pending_);
@@ -69,12 +70,12 @@ void CompletionQueue::FailAll(const absl::Status& status) {
 }
 
 absl::Status CompletionQueue::failure() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return failure_;
 }
 
 size_t CompletionQueue::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return pending_.size();
 }
 
@@ -87,16 +88,16 @@ void CompletionQueue::Loop() {
   const absl::Status device_set =
       CudaStatus(cudaSetDevice(device_), "cudaSetDevice (completion thread)");
   Backoff backoff;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+    while (!stop_ && pending_.empty()) cv_.Wait(&mu_);
     if (stop_) return;
     const uint64_t id = pending_.front().id;
     const cudaEvent_t event = pending_.front().event;
     const absl::Time deadline = pending_.front().deadline;
     const absl::Duration timeout = pending_.front().timeout;
     const std::string what = pending_.front().what;
-    lock.unlock();
+    lock.Unlock();
 
     absl::Status failure = device_set;
     cudaError_t query = cudaSuccess;
@@ -109,18 +110,18 @@ void CompletionQueue::Loop() {
     }
     if (failure.ok() && query == cudaSuccess) {
       std::function<void(absl::Status)> done;
-      lock.lock();
+      lock.Lock();
       if (!pending_.empty() && pending_.front().id == id) {
         done = std::move(pending_.front().done);
         pending_.pop_front();
       }
-      lock.unlock();
+      lock.Unlock();
       if (done) {
         cudaEventDestroy(event);
         done(absl::OkStatus());
       }
       backoff.Reset();
-      lock.lock();
+      lock.Lock();
       continue;
     }
     if (failure.ok() && hooks_.check) {
@@ -139,20 +140,21 @@ void CompletionQueue::Loop() {
     }
     if (!failure.ok()) {
       Fail(failure);
-      lock.lock();
+      lock.Lock();
       continue;
     }
     // Not done yet: spin a little, then sleep (woken early by stop).
     const absl::Duration sleep = backoff.next();
-    lock.lock();
+    lock.Lock();
     if (sleep == absl::ZeroDuration()) {
-      lock.unlock();
+      lock.Unlock();
       backoff.Pause();
-      lock.lock();
+      lock.Lock();
     } else {
       backoff.Tick();  // the wait below is the sleep
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(sleep),
-                   [&] { return stop_; });
+      const absl::Time until = absl::Now() + sleep;
+      while (!stop_ && cv_.WaitUntil(&mu_, until)) {
+      }
     }
   }
 }

@@ -23,7 +23,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -33,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace nccl {
@@ -82,12 +82,12 @@ class CompletionQueue {
 
   const int device_;
   const Hooks hooks_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Entry> pending_;  // guarded by mu_, in stream order
-  uint64_t next_id_ = 0;       // guarded by mu_
-  absl::Status failure_;       // guarded by mu_
-  bool stop_ = false;          // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<Entry> pending_ KOLO_GUARDED_BY(mu_);  // in stream order
+  uint64_t next_id_ KOLO_GUARDED_BY(mu_) = 0;
+  absl::Status failure_ KOLO_GUARDED_BY(mu_);
+  bool stop_ KOLO_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -37,6 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "ops/cpu/reduce.h"
 #include "ops/nccl/cuda_util.h"
+#include "runtime/status_macros.h"
 
 namespace kolo {
 namespace nccl {
@@ -86,10 +87,9 @@ HierarchicalAllreduce::Create(const BackendContext& context,
                               const HostPlan& plan, cudaStream_t stream) {
   std::unique_ptr<HierarchicalAllreduce> h(
       new HierarchicalAllreduce(plan, stream));
-  absl::Status s = CudaStatus(
-      cudaEventCreateWithFlags(&h->copied_, cudaEventDisableTiming),
-      "cudaEventCreateWithFlags");
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(
+      CudaStatus(cudaEventCreateWithFlags(&h->copied_, cudaEventDisableTiming),
+                 "cudaEventCreateWithFlags"));
   auto local = Communicator::Create(
       context.store.get(), absl::StrCat("nccl/host", plan.host_index),
       plan.local_rank, plan.local_size, context.start_timeout,
@@ -138,15 +138,14 @@ void HierarchicalAllreduce::Abort(const absl::Status& reason) {
 }
 
 absl::Status HierarchicalAllreduce::WaitForStream(absl::Time deadline) {
-  absl::Status s = CudaStatus(cudaEventRecord(copied_, stream_), "cudaEventRecord");
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(
+      CudaStatus(cudaEventRecord(copied_, stream_), "cudaEventRecord"));
   Backoff backoff;
   while (true) {
     const cudaError_t q = cudaEventQuery(copied_);
     if (q == cudaSuccess) return absl::OkStatus();
     if (q != cudaErrorNotReady) return CudaStatus(q, "cudaEventQuery");
-    s = local_->AsyncError();
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(local_->AsyncError());
     if (absl::Now() > deadline) {
       absl::Status timeout = absl::DeadlineExceededError(
           "NCCL reduce within the host did not complete within the op timeout "
@@ -194,30 +193,27 @@ absl::Status HierarchicalAllreduce::Run(void* data, size_t count,
     if (staging_bytes_ < bytes) {
       if (staging_ != nullptr) {
         // The last call's copy back from it must be done first.
-        s = WaitForStream(deadline);
-        if (!s.ok()) return s;
+        KOLO_RETURN_IF_ERROR(WaitForStream(deadline));
         cudaFreeHost(staging_);
         staging_ = nullptr;
         staging_bytes_ = 0;
       }
-      s = CudaStatus(cudaMallocHost(&staging_, bytes), "cudaMallocHost");
-      if (!s.ok()) return s;
+      KOLO_RETURN_IF_ERROR(
+          CudaStatus(cudaMallocHost(&staging_, bytes), "cudaMallocHost"));
       staging_bytes_ = bytes;
     }
     void* shard = base + mine.offset * elem;
-    s = CudaStatus(cudaMemcpyAsync(staging_, shard, bytes,
+    KOLO_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(staging_, shard, bytes,
                                    cudaMemcpyDeviceToHost, stream_),
-                   "cudaMemcpyAsync (device to host)");
-    if (!s.ok()) return s;
-    s = WaitForStream(deadline);
-    if (!s.ok()) return s;
-    s = cross_->Allreduce(staging_, mine.count, dtype, op);
-    if (!s.ok()) return s;
+                   "cudaMemcpyAsync (device to host)"));
+    KOLO_RETURN_IF_ERROR(WaitForStream(deadline));
+    KOLO_RETURN_IF_ERROR(cross_->Allreduce(staging_, mine.count, dtype, op));
     if (postscale != 1.0) cpu::Scale(dtype, staging_, mine.count, postscale);
-    s = CudaStatus(cudaMemcpyAsync(shard, staging_, bytes,
+    KOLO_RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(shard, staging_, bytes,
                                    cudaMemcpyHostToDevice, stream_),
-                   "cudaMemcpyAsync (host to device)");
-    if (!s.ok()) return s;
+                   "cudaMemcpyAsync (host to device)"));
   }
 
   // 3. Shard k from local rank k to the host.

@@ -53,6 +53,8 @@
 #include "ops/nccl/completion_queue.h"
 #include "ops/nccl/cuda_util.h"
 #include "ops/nccl/hierarchical.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace nccl {
@@ -159,14 +161,16 @@ class NcclBackend : public Backend {
   cudaMemPool_t pool_ = nullptr;
   std::string what_ = "collective";  // background thread
 
-  std::mutex comms_mu_;  // the pointers below; the objects lock themselves
-  std::unique_ptr<Communicator> flat_;            // guarded by comms_mu_
-  std::unique_ptr<Communicator> self_;            // guarded by comms_mu_
-  std::unique_ptr<HierarchicalAllreduce> hierarchical_;  // guarded by comms_mu_
-  absl::Status broken_;                           // guarded by comms_mu_
+  Mutex comms_mu_;  // the pointers below; the objects lock themselves
+  std::unique_ptr<Communicator> flat_ KOLO_GUARDED_BY(comms_mu_);
+  std::unique_ptr<Communicator> self_ KOLO_GUARDED_BY(comms_mu_);
+  std::unique_ptr<HierarchicalAllreduce> hierarchical_
+      KOLO_GUARDED_BY(comms_mu_);
+  absl::Status broken_ KOLO_GUARDED_BY(comms_mu_);
 
-  std::mutex error_mu_;
-  absl::Status copy_error_;  // guarded by error_mu_: failed Copy, for Finish
+  Mutex error_mu_;
+  absl::Status copy_error_
+      KOLO_GUARDED_BY(error_mu_);  // failed Copy, for Finish
 
   std::unique_ptr<CompletionQueue> queue_;
 };
@@ -185,21 +189,21 @@ absl::Status NcclBackend::Init() {
       cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags");
   if (!s.ok()) return s;
-  s = CudaStatus(cudaEventCreateWithFlags(&legacy_ready_, cudaEventDisableTiming),
-                 "cudaEventCreateWithFlags");
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(CudaStatus(
+      cudaEventCreateWithFlags(&legacy_ready_, cudaEventDisableTiming),
+      "cudaEventCreateWithFlags"));
   cudaMemPoolProps props = {};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;
   props.location.id = device_;
-  s = CudaStatus(cudaMemPoolCreate(&pool_, &props),
-                 "cudaMemPoolCreate (stream-ordered memory pools)");
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(
+      CudaStatus(cudaMemPoolCreate(&pool_, &props),
+                 "cudaMemPoolCreate (stream-ordered memory pools)"));
   uint64_t threshold = kPoolReleaseThreshold;
-  s = CudaStatus(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold,
+  KOLO_RETURN_IF_ERROR(
+      CudaStatus(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold,
                                          &threshold),
-                 "cudaMemPoolSetAttribute");
-  if (!s.ok()) return s;
+                 "cudaMemPoolSetAttribute"));
 
   HostPlan plan;
   if (context_.hierarchical_allreduce) {
@@ -214,7 +218,7 @@ absl::Status NcclBackend::Init() {
   if (plan.usable) {
     auto h = HierarchicalAllreduce::Create(context_, plan, stream_);
     if (!h.ok()) return h.status();
-    std::lock_guard<std::mutex> lock(comms_mu_);
+    MutexLock lock(&comms_mu_);
     hierarchical_ = std::move(*h);
   } else {
     auto flat = Flat();
@@ -241,7 +245,7 @@ NcclBackend::~NcclBackend() {
   }
   AbortCommunicators(gone);
   {
-    std::lock_guard<std::mutex> lock(comms_mu_);
+    MutexLock lock(&comms_mu_);
     hierarchical_.reset();
     self_.reset();
     flat_.reset();
@@ -255,7 +259,7 @@ NcclBackend::~NcclBackend() {
 
 absl::StatusOr<Communicator*> NcclBackend::Flat() {
   {
-    std::lock_guard<std::mutex> lock(comms_mu_);
+    MutexLock lock(&comms_mu_);
     if (!broken_.ok()) return broken_;
     if (flat_) return flat_.get();
   }
@@ -264,14 +268,14 @@ absl::StatusOr<Communicator*> NcclBackend::Flat() {
       context_.start_timeout,
       absl::StrCat("NCCL communicator of ", context_.size, " ranks"));
   if (!comm.ok()) return comm.status();
-  std::lock_guard<std::mutex> lock(comms_mu_);
+  MutexLock lock(&comms_mu_);
   if (!broken_.ok()) return broken_;  // closed meanwhile: *comm aborts
   flat_ = std::move(*comm);
   return flat_.get();
 }
 
 void NcclBackend::AbortCommunicators(const absl::Status& reason) {
-  std::lock_guard<std::mutex> lock(comms_mu_);
+  MutexLock lock(&comms_mu_);
   if (broken_.ok()) broken_ = reason;
   if (flat_) flat_->Abort(reason);
   if (self_) self_->Abort(reason);
@@ -279,12 +283,11 @@ void NcclBackend::AbortCommunicators(const absl::Status& reason) {
 }
 
 absl::Status NcclBackend::AsyncErrors() {
-  std::lock_guard<std::mutex> lock(comms_mu_);
+  MutexLock lock(&comms_mu_);
   if (!broken_.ok()) return broken_;
   for (Communicator* c : {flat_.get(), self_.get()}) {
     if (c == nullptr) continue;
-    absl::Status s = c->AsyncError();
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(c->AsyncError());
   }
   if (hierarchical_) return hierarchical_->AsyncError();
   return absl::OkStatus();
@@ -300,17 +303,17 @@ void NcclBackend::Close() {
 
 void NcclBackend::RecordError(const absl::Status& s) {
   if (s.ok()) return;
-  std::lock_guard<std::mutex> lock(error_mu_);
+  MutexLock lock(&error_mu_);
   if (copy_error_.ok()) copy_error_ = s;
 }
 
 absl::Status NcclBackend::Begin(const char* what) {
   what_ = what;
   {
-    std::lock_guard<std::mutex> lock(comms_mu_);
+    MutexLock lock(&comms_mu_);
     if (!broken_.ok()) return broken_;
   }
-  std::lock_guard<std::mutex> lock(error_mu_);
+  MutexLock lock(&error_mu_);
   return copy_error_;
 }
 
@@ -385,7 +388,7 @@ void NcclBackend::Finish(std::function<void(absl::Status)> done) {
   DeviceGuard guard(device_);
   absl::Status failed = guard.status();
   if (failed.ok()) {
-    std::lock_guard<std::mutex> lock(error_mu_);
+    MutexLock lock(&error_mu_);
     failed = copy_error_;
     copy_error_ = absl::OkStatus();  // reported once, with this response
   }
@@ -415,14 +418,14 @@ absl::Status NcclBackend::DeviceScale(void* data, size_t count, DataType dtype,
     self = *flat;
   } else {
     {
-      std::lock_guard<std::mutex> lock(comms_mu_);
+      MutexLock lock(&comms_mu_);
       self = self_.get();
     }
     if (self == nullptr) {
       auto comm = Communicator::Create(nullptr, "", 0, 1, context_.start_timeout,
                                        "NCCL one-rank communicator (scaling)");
       if (!comm.ok()) return comm.status();
-      std::lock_guard<std::mutex> lock(comms_mu_);
+      MutexLock lock(&comms_mu_);
       if (!broken_.ok()) return broken_;
       self_ = std::move(*comm);
       self = self_.get();
@@ -446,7 +449,7 @@ absl::Status NcclBackend::AllreduceScaled(void* data, size_t count,
       PlanScaledReduction(op, prescale, postscale, context_.size);
   HierarchicalAllreduce* hierarchical = nullptr;
   {
-    std::lock_guard<std::mutex> lock(comms_mu_);
+    MutexLock lock(&comms_mu_);
     hierarchical = hierarchical_.get();
   }
   if (hierarchical != nullptr) {
@@ -636,8 +639,7 @@ absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendContext& context) {
   absl::Status usable = ProbeCudaDevice(context.device);
   if (!usable.ok()) return usable;
   auto backend = std::make_unique<NcclBackend>(context);
-  absl::Status s = backend->Init();
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(backend->Init());
   return std::unique_ptr<Backend>(std::move(backend));
 }
 

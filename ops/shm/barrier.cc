@@ -1,19 +1,14 @@
 #include "ops/shm/barrier.h"
 
-#include <linux/futex.h>
-#include <sched.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <climits>
 #include <vector>
 
-#include "runtime/format.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/format.h"
+#include "runtime/os/futex.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/sync/wakeup.h"
 
 namespace kolo {
 namespace shm {
@@ -28,33 +23,9 @@ constexpr auto kMaxSleep = std::chrono::milliseconds(500);
 // to name a lost rank; this is the same wait, on the backend's side.
 constexpr auto kCloseGrace = std::chrono::seconds(1);
 
-// Shared (not FUTEX_PRIVATE) futexes: the key is the physical page, so the
-// word may be mapped at different addresses in different processes.
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected,
-               Clock::duration timeout) {
-  const auto ns =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
-  struct timespec ts;
-  ts.tv_sec = ns / 1000000000;
-  ts.tv_nsec = ns % 1000000000;
-  // EAGAIN (value changed), EINTR and ETIMEDOUT all send the caller back to
-  // re-check the word: nothing to handle here.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected,
-          &ts, nullptr, 0);
-}
-
-void FutexWakeAll(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX,
-          nullptr, nullptr, 0);
-}
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
+// Shared (not private) futexes: the key is the physical page, so the word
+// may be mapped at different addresses in different processes.
+constexpr os::FutexScope kScope = os::FutexScope::kShared;
 
 }  // namespace
 
@@ -76,15 +47,15 @@ void ShmBarrier::Abort(AbortReason reason) {
   // Unconditionally: a sleeper that announced itself after our check would
   // still see the changed word and not sleep, but one already asleep needs
   // the wake-up.
-  FutexWakeAll(&state_->generation);
+  os::FutexWakeAll(&state_->generation, kScope);
 }
 
 void ShmBarrier::Close() {
   {
-    std::lock_guard<std::mutex> lock(closed_mu_);
+    MutexLock lock(&closed_mu_);
     closed_ = true;
   }
-  closed_cv_.notify_all();
+  closed_cv_.NotifyAll();
   Abort(AbortReason::kClosed);
 }
 
@@ -115,12 +86,16 @@ absl::Status ShmBarrier::AbortedError(const char* what,
         by == config_.rank ? "" : absl::StrCat(" (seen by rank ", by, ")")));
   }
   if (by != config_.rank) {
-    std::unique_lock<std::mutex> lock(closed_mu_);
-    closed_cv_.wait_until(lock, std::min(deadline, Clock::now() + kCloseGrace),
-                          [&] { return closed_; });
+    const absl::Time until =
+        absl::Now() +
+        absl::FromChrono(std::min(deadline, Clock::now() + kCloseGrace) -
+                         Clock::now());
+    MutexLock lock(&closed_mu_);
+    while (!closed_ && closed_cv_.WaitUntil(&closed_mu_, until)) {
+    }
   }
   {
-    std::lock_guard<std::mutex> lock(closed_mu_);
+    MutexLock lock(&closed_mu_);
     if (closed_) {
       return absl::UnavailableError(absl::StrCat(
           "shm ", what, ": the shared-memory backend was closed on this rank"));
@@ -156,7 +131,7 @@ absl::Status ShmBarrier::Arrive(Clock::time_point deadline, const char* what,
     // Pairs with the sleepers' increment-then-check (both seq_cst): either
     // we see the sleeper, or it sees the new generation and does not sleep.
     if (state_->sleepers.load(std::memory_order_seq_cst) != 0) {
-      FutexWakeAll(&state_->generation);
+      os::FutexWakeAll(&state_->generation, kScope);
     }
     return absl::OkStatus();
   }
@@ -164,25 +139,16 @@ absl::Status ShmBarrier::Arrive(Clock::time_point deadline, const char* what,
   auto completed = [counter](uint32_t g) {
     return (g & kCounterMask) != counter;
   };
-  // Spin phase.
-  const auto spin_end = Clock::now() + absl::ToChronoNanoseconds(config_.spin);
-  for (uint32_t i = 0;; ++i) {
-    const uint32_t g = state_->generation.load(std::memory_order_acquire);
-    if (completed(g)) {
-      ++step_;
-      return absl::OkStatus();
-    }
-    if (g & kAbortBit) return AbortedError(what, deadline, op_timeout);
-    if ((i & 63) == 63 && Clock::now() >= spin_end) break;
-    // Give the core away now and then: with more busy threads than cores
-    // the rank we wait for may be waiting for ours (Note [Spin then
-    // block] in runtime/sync/wakeup.h).
-    if ((i & 7) == 7) {
-      sched_yield();
-    } else {
-      CpuRelax();
-    }
-  }
+  // Spin phase, yielding the core now and then: with more busy threads than
+  // cores the rank we wait for may be waiting for ours (Note [Spin then
+  // block] in runtime/sync/wakeup.h). The blocking phase below sees what
+  // ended the spin (completion and the abort bit both stay).
+  SpinUntil(
+      [&] {
+        const uint32_t g = state_->generation.load(std::memory_order_acquire);
+        return completed(g) || (g & kAbortBit) != 0;
+      },
+      config_.spin);
   // Blocking phase.
   while (true) {
     uint32_t g = state_->generation.load(std::memory_order_acquire);
@@ -201,8 +167,10 @@ absl::Status ShmBarrier::Arrive(Clock::time_point deadline, const char* what,
     g = state_->generation.load(std::memory_order_seq_cst);
     if (!completed(g) && !(g & kAbortBit)) {
       futex_sleeps_.fetch_add(1, std::memory_order_relaxed);
-      FutexWait(&state_->generation, g,
-                std::min<Clock::duration>(deadline - now, kMaxSleep));
+      os::FutexWait(&state_->generation, g,
+                    absl::FromChrono(
+                        std::min<Clock::duration>(deadline - now, kMaxSleep)),
+                    kScope);
     }
     state_->sleepers.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -38,13 +38,13 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace shm {
@@ -119,9 +119,9 @@ class ShmBarrier {
   const Config config_;
   uint64_t step_ = 0;  // caller thread only
   std::atomic<uint64_t> futex_sleeps_{0};
-  std::mutex closed_mu_;
-  std::condition_variable closed_cv_;
-  bool closed_ = false;  // guarded by closed_mu_
+  Mutex closed_mu_;
+  CondVar closed_cv_;
+  bool closed_ KOLO_GUARDED_BY(closed_mu_) = false;
 };
 
 }  // namespace shm

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "ops/cpu/copy.h"
 #include "ops/cpu/reduce.h"
+#include "runtime/status_macros.h"
 
 namespace kolo {
 namespace shm {
@@ -74,9 +75,9 @@ constexpr char kSegmentKey[] = "segment";
 std::string AttachKey(int rank) { return absl::StrCat("attached/", rank); }
 
 // Rank 0: creates and initialises the segment.
-absl::StatusOr<std::unique_ptr<SharedSegment>> CreateSegment(
+absl::StatusOr<std::unique_ptr<os::SharedSegment>> CreateSegment(
     const std::string& name, int size, size_t chunk) {
-  auto segment = SharedSegment::Create(name, SegmentBytes(size, chunk));
+  auto segment = os::SharedSegment::Create(name, SegmentBytes(size, chunk));
   if (!segment.ok()) return segment.status();
   void* base = (*segment)->data();
   // The memory is zeroed; construct the atomics in place all the same.
@@ -93,7 +94,7 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> CreateSegment(
 }
 
 // Other ranks: maps the segment rank 0 announced as "<name> <chunk>".
-absl::StatusOr<std::unique_ptr<SharedSegment>> OpenSegment(
+absl::StatusOr<std::unique_ptr<os::SharedSegment>> OpenSegment(
     const std::string& announced, int size, size_t* chunk) {
   std::vector<std::string> parts = absl::StrSplit(announced, ' ');
   if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], chunk) || *chunk == 0 ||
@@ -101,7 +102,7 @@ absl::StatusOr<std::unique_ptr<SharedSegment>> OpenSegment(
     return absl::InternalError(absl::StrCat(
         "malformed shared-memory announcement \"", announced, "\""));
   }
-  auto segment = SharedSegment::Open(parts[0], SegmentBytes(size, *chunk));
+  auto segment = os::SharedSegment::Open(parts[0], SegmentBytes(size, *chunk));
   if (!segment.ok()) return segment.status();
   const auto* header = static_cast<const SegmentHeader*>((*segment)->data());
   if (header->magic != kMagic || header->version != kVersion ||
@@ -167,7 +168,8 @@ size_t ChunkBytesFor(int size) {
 // 2. Every rank maps it and reports "ok" or its error under
 //    "attached/<rank>".
 // 3. Every rank waits for every report, then unlinks the name (Note
-//    [Segment lifetime]; whoever comes first succeeds, the rest see ENOENT).
+//    [Segment lifetime] in runtime/os/shared_segment.h; whoever comes
+//    first succeeds, the rest see ENOENT).
 // 4. Every rank reads the same reports, so every rank returns the same
 //    verdict: the backend, or an error naming each rank that failed.
 absl::StatusOr<std::unique_ptr<ShmBackend>> ShmBackend::Create(
@@ -187,21 +189,21 @@ absl::StatusOr<std::unique_ptr<ShmBackend>> ShmBackend::Create(
   Store& store = *context.store;
   std::string name;
   size_t chunk = 0;
-  absl::StatusOr<std::unique_ptr<SharedSegment>> segment =
+  absl::StatusOr<std::unique_ptr<os::SharedSegment>> segment =
       absl::UnknownError("not attached");
   if (rank == 0) {
     chunk = options.chunk_bytes ? RoundUp(options.chunk_bytes, kPage)
                                 : ChunkBytesFor(size);
     // Alltoall cuts a chunk into one cache-line-aligned slot per rank.
     chunk = std::max(chunk, RoundUp(size * kShareAlignBytes, kPage));
-    name = SharedSegment::RandomName();
+    name = os::SharedSegment::RandomName("kolo");
     segment = CreateSegment(name, size, chunk);
     absl::Status s = store.Set(
         kSegmentKey, segment.ok()
                          ? absl::StrCat(name, " ", chunk)
                          : absl::StrCat("error ", segment.status().message()));
     if (!s.ok()) {
-      SharedSegment::Unlink(name).IgnoreError();
+      os::SharedSegment::Unlink(name).IgnoreError();
       return s;
     }
   } else {
@@ -222,7 +224,7 @@ absl::StatusOr<std::unique_ptr<ShmBackend>> ShmBackend::Create(
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(AttachKey(r));
   if (s.ok()) s = store.Wait(keys, context.start_timeout);
-  if (!name.empty()) SharedSegment::Unlink(name).IgnoreError();
+  if (!name.empty()) os::SharedSegment::Unlink(name).IgnoreError();
   if (!s.ok()) return s;
 
   std::vector<std::string> failures;
@@ -246,7 +248,7 @@ absl::StatusOr<std::unique_ptr<ShmBackend>> ShmBackend::Create(
 }
 
 ShmBackend::ShmBackend(const BackendContext& context, const ShmOptions& options,
-                       std::unique_ptr<SharedSegment> segment, size_t chunk)
+                       std::unique_ptr<os::SharedSegment> segment, size_t chunk)
     : rank_(context.rank),
       size_(context.size),
       op_timeout_(context.op_timeout),
@@ -317,8 +319,7 @@ absl::Status ShmBackend::AllreduceSmall(uint8_t* data, size_t count,
   const auto deadline = Deadline();
   const int q = Parity();
   CopyBytes(In(q, rank_), data, count * DataTypeSize(dtype));
-  absl::Status s = Arrive(deadline, "allreduce");
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(Arrive(deadline, "allreduce"));
   std::vector<const uint8_t*> inputs(size_);
   for (int r = 0; r < size_; ++r) inputs[r] = In(q, r);
   ReduceInRankOrder(op, dtype, data, inputs, 0, count);
@@ -354,8 +355,7 @@ absl::Status ShmBackend::AllreducePipelined(uint8_t* data, size_t count,
     uint8_t* chunk = data + first * elem;
     const auto [lo, hi] = Share(n, elem, rank_, size_);
     if (n) copy_but(In(q, rank_), chunk, n, lo, hi);
-    absl::Status s = Arrive(deadline, "allreduce");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(Arrive(deadline, "allreduce"));
     if (hi > lo) {
       for (int r = 0; r < size_; ++r) inputs[r] = r == rank_ ? chunk : In(q, r);
       ReduceInRankOrder(op, dtype, Result(q) + lo * elem, inputs, lo * elem,
@@ -473,8 +473,7 @@ absl::Status ShmBackend::AllreducePieces(const std::vector<FusedPiece>& pieces,
       view.Gather(base, lo * elem, In(q, rank_));
       view.Gather(base + hi * elem, (n - hi) * elem, In(q, rank_) + hi * elem);
     }
-    absl::Status s = Arrive(deadline, "allreduce");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(Arrive(deadline, "allreduce"));
     if (hi > lo) {
       uint8_t* result = Result(q) + lo * elem;
       view.ForEach(
@@ -515,8 +514,7 @@ absl::Status ShmBackend::Broadcast(void* data, size_t bytes, int root) {
     const size_t n = std::min(span, bytes - offset);
     const int q = Parity();
     if (rank_ == root) CopyBytes(In(q, 0), out + offset, n);
-    absl::Status s = Arrive(deadline, "broadcast");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(Arrive(deadline, "broadcast"));
     if (rank_ != root) CopyBytes(out + offset, In(q, 0), n);
   }
   return absl::OkStatus();
@@ -544,8 +542,7 @@ absl::Status ShmBackend::Allgatherv(const void* input, void* output,
     const size_t mine = bytes_per_rank[rank_];
     if (at < mine)
       CopyBytes(In(q, rank_), in + at, std::min(chunk_, mine - at));
-    absl::Status s = Arrive(deadline, "allgather");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(Arrive(deadline, "allgather"));
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || at >= bytes_per_rank[r]) continue;
       CopyBytes(out + offset[r] + at, In(q, r),
@@ -592,8 +589,7 @@ absl::Status ShmBackend::Alltoallv(const void* input,
       CopyBytes(In(q, rank_) + k * slot, in + send_offset[k] + at,
                   std::min(slot, send_bytes[k] - at));
     }
-    absl::Status s = Arrive(deadline, "alltoall");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(Arrive(deadline, "alltoall"));
     if (stage == 0) {
       for (int r = 0; r < size_; ++r) {
         stages = std::max(stages,
@@ -607,16 +603,6 @@ absl::Status ShmBackend::Alltoallv(const void* input,
     }
   }
   return absl::OkStatus();
-}
-
-void ShmBackend::Combine(void* out, const void* in, size_t count,
-                         DataType dtype, ReduceOp op) {
-  cpu::Reduce(op, dtype, out, out, in, count);
-}
-
-void ShmBackend::Scale(void* data, size_t count, DataType dtype,
-                       double factor) {
-  cpu::Scale(dtype, data, count, factor);
 }
 
 void ShmBackend::Close() {

@@ -8,7 +8,10 @@
 //
 // Contract (runtime/backend.h): collectives are called by one thread per
 // rank, in the same order on every rank; Close() may be called from any
-// thread and makes waiting ranks (of every process) fail at once. Every wait
+// thread and makes waiting ranks (of every process) fail: a rank that
+// waits when a peer closes first gives its own runtime up to 1 s (kCloseGrace,
+// Note [Naming the lost rank]) to close it too, so that its error names the
+// lost rank rather than the segment. Every wait
 // is bounded by BackendContext::op_timeout. Results are bitwise identical
 // on every rank (Note [Bitwise identical results] in shm_backend.cc).
 // Creation is collective and either succeeds on every rank or fails on every
@@ -22,9 +25,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ops/cpu/host_backend.h"
 #include "ops/shm/barrier.h"
-#include "ops/shm/segment.h"
-#include "runtime/backend.h"
+#include "runtime/os/shared_segment.h"
 
 namespace kolo {
 namespace shm {
@@ -45,7 +48,7 @@ struct ShmOptions {
 // The chunk size used for a set of `size` ranks when ShmOptions leaves it 0.
 size_t ChunkBytesFor(int size);
 
-class ShmBackend : public Backend {
+class ShmBackend : public cpu::HostBackend {
  public:
   // Collective: every rank of the set calls it (see the file comment).
   // FailedPrecondition when !context.all_ranks_on_host; Unavailable or
@@ -72,9 +75,6 @@ class ShmBackend : public Backend {
   absl::Status Alltoallv(const void* input,
                          const std::vector<size_t>& send_bytes, void* output,
                          const std::vector<size_t>& recv_bytes) override;
-  void Combine(void* out, const void* in, size_t count, DataType dtype,
-               ReduceOp op) override;
-  void Scale(void* data, size_t count, DataType dtype, double factor) override;
   void Close() override;
 
   // Diagnostics and tests.
@@ -86,7 +86,7 @@ class ShmBackend : public Backend {
 
  private:
   ShmBackend(const BackendContext& context, const ShmOptions& options,
-             std::unique_ptr<SharedSegment> segment, size_t chunk);
+             std::unique_ptr<os::SharedSegment> segment, size_t chunk);
   Clock::time_point Deadline() const;
   absl::Status Arrive(Clock::time_point deadline, const char* what);
   // The parity of the next barrier (Note [Double buffering]).
@@ -102,7 +102,7 @@ class ShmBackend : public Backend {
   const int size_;
   const absl::Duration op_timeout_;
   const ShmOptions options_;
-  const std::unique_ptr<SharedSegment> segment_;  // null for a set of one
+  const std::unique_ptr<os::SharedSegment> segment_;  // null for a set of one
   const size_t chunk_;
   uint8_t* data_ = nullptr;     // first chunk in the segment
   RankState* ranks_ = nullptr;  // in the segment

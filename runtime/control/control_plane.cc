@@ -12,13 +12,17 @@
 #include <new>
 #include <system_error>
 
-#include "kolo/work.h"
-#include "runtime/format.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "kolo/work.h"
+#include "runtime/format.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/poll_timeout.h"
+#include "runtime/status_macros.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace {
@@ -54,19 +58,6 @@ std::string Serialize(const wire::ControlMessage& m) {
 absl::Status ThreadError(absl::string_view what, const std::system_error& e) {
   return absl::ResourceExhaustedError(
       absl::StrCat("control channel: cannot start ", what, ": ", e.what()));
-}
-
-std::string ErrnoText(int err) {
-  char buf[256];
-  return ::strerror_r(err, buf, sizeof(buf));  // GNU: thread-safe
-}
-
-int PollTimeoutMs(absl::Time deadline, absl::Time now) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  if (deadline <= now) return 0;
-  const int64_t ms = absl::ToInt64Milliseconds(
-      absl::Ceil(deadline - now, absl::Milliseconds(1)));
-  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
 }
 
 }  // namespace
@@ -111,21 +102,21 @@ void ControlPlane::HeartbeatLoop() {
   wire::ControlMessage beat;
   beat.mutable_heartbeat();
   const std::string bytes = Serialize(beat);
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!closed_) {
-    closed_cv_.wait_for(lock,
-                        absl::ToChronoNanoseconds(liveness_.heartbeat_interval),
-                        [&] { return closed_.load(); });
+    const absl::Time next = absl::Now() + liveness_.heartbeat_interval;
+    while (!closed_ && closed_cv_.WaitUntil(&mu_, next)) {
+    }
     if (closed_) return;
     std::vector<std::shared_ptr<net::SecureChannel>> targets;
     for (auto& c : channels_) {
       if (c) targets.push_back(c);
     }
-    lock.unlock();
+    lock.Unlock();
     // A stopped peer stops reading: never block longer than one interval.
     const absl::Time deadline = absl::Now() + liveness_.heartbeat_interval;
     for (auto& c : targets) c->Send(bytes, deadline).IgnoreError();
-    lock.lock();
+    lock.Lock();
   }
 }
 
@@ -139,26 +130,25 @@ absl::Status ControlPlane::StartCoordinator(std::shared_ptr<Store> store,
   auto handshakes = net::HandshakeQueue::Create(secret, kMaxControlFrame);
   if (!handshakes.ok()) return handshakes.status();
   handshakes_ = std::move(*handshakes);
-  if (pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "control channel: cannot create a pipe: ", ErrnoText(errno)));
+  absl::StatusOr<os::Pipe> wake_pipe = os::MakePipe(O_CLOEXEC | O_NONBLOCK);
+  if (!wake_pipe.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("control channel: cannot create a pipe: ",
+                     wake_pipe.status().message()));
   }
+  wake_pipe_ = *std::move(wake_pipe);
   try {
     listen_thread_ = std::thread(&ControlPlane::ListenLoop, this);
   } catch (const std::system_error& e) {
     return ThreadError("the listen thread", e);
   }
-  absl::Status s = store->Set(
-      kAddressKey, absl::StrCat(listener_->addr(), ":", listener_->port()));
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(store->Set(
+      kAddressKey, absl::StrCat(listener_->addr(), ":", listener_->port())));
 
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (joined_ < size_ - 1) {
     if (!start_error_.ok()) return start_error_;
-    if (joined_cv_.wait_for(
-            lock, absl::ToChronoNanoseconds(deadline - absl::Now())) ==
-            std::cv_status::timeout &&
-        absl::Now() >= deadline && joined_ < size_ - 1) {
+    if (!joined_cv_.WaitUntil(&mu_, deadline) && joined_ < size_ - 1) {
       std::vector<int> missing;
       for (int r = 1; r < size_; ++r) {
         if (!channels_[r]) missing.push_back(r);
@@ -200,9 +190,8 @@ absl::Status ControlPlane::StartRank(std::shared_ptr<Store> store,
   wire::ControlMessage hello;
   hello.mutable_hello()->set_rank(rank_);
   hello.mutable_hello()->set_size(size_);
-  absl::Status s = shared->Send(Serialize(hello), deadline);
-  if (!s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  KOLO_RETURN_IF_ERROR(shared->Send(Serialize(hello), deadline));
+  MutexLock lock(&mu_);
   channels_[0] = shared;
   absl::Status started;
   if (!StartThreadLocked([this, shared] { ReadLoop(0, shared.get()); },
@@ -234,20 +223,20 @@ void ControlPlane::ListenLoop() {
     absl::Time next = handshakes_->NextDeadline();
     if (accept_resume > now) next = std::min(next, accept_resume);
     pollfd fds[3] = {
-        {wake_pipe_[0], POLLIN, 0},
+        {wake_pipe_.read_end.get(), POLLIN, 0},
         {handshakes_->fd(), POLLIN, 0},
         {listener_->fd(), static_cast<short>(accepting ? POLLIN : 0), 0}};
-    if (poll(fds, 3, PollTimeoutMs(next, now)) < 0 && errno != EINTR) {
+    if (poll(fds, 3, os::PollTimeoutMs(next, now)) < 0 && errno != EINTR) {
       // Only a bug gets here (EFAULT, EINVAL): accept no more ranks.
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       start_error_ = absl::InternalError(
-          absl::StrCat("control channel: poll: ", ErrnoText(errno)));
-      joined_cv_.notify_all();
+          absl::StrCat("control channel: poll: ", os::ErrnoText(errno)));
+      joined_cv_.NotifyAll();
       return;
     }
     if (fds[0].revents) {
       char drain[64];
-      while (read(wake_pipe_[0], drain, sizeof(drain)) > 0) {
+      while (read(wake_pipe_.read_end.get(), drain, sizeof(drain)) > 0) {
       }
       continue;  // Close(): the loop condition says whether to stop.
     }
@@ -266,7 +255,7 @@ void ControlPlane::ListenLoop() {
     if (fds[1].revents || handshakes_->NextDeadline() <= now) {
       for (auto& channel : handshakes_->Process(now)) {
         std::shared_ptr<net::SecureChannel> shared(std::move(channel));
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         if (closed_) return;
         absl::Status error;
         if (StartThreadLocked([this, shared] { ServeConnection(shared); },
@@ -279,7 +268,7 @@ void ControlPlane::ListenLoop() {
           start_error_ = absl::Status(error.code(),
                                       absl::StrCat(error.message(), " (for ",
                                                    shared->PeerAddress(), ")"));
-          joined_cv_.notify_all();
+          joined_cv_.NotifyAll();
         }
       }
     }
@@ -297,7 +286,7 @@ void ControlPlane::ServeConnection(std::shared_ptr<net::SecureChannel> shared) {
   }
   const int peer = hello.hello().rank();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (channels_[peer] || closed_) {
       shared->Shutdown();
       return;
@@ -305,7 +294,7 @@ void ControlPlane::ServeConnection(std::shared_ptr<net::SecureChannel> shared) {
     channels_[peer] = shared;
     ++joined_;
   }
-  joined_cv_.notify_all();
+  joined_cv_.NotifyAll();
   ReadLoop(peer, shared.get());
 }
 
@@ -352,7 +341,7 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
     }
     if (rank_ == 0 && message.has_request_list() &&
         message.request_list().shutdown()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       leaving_[peer] = true;
     }
     Push(peer, std::move(message));
@@ -364,9 +353,9 @@ void ControlPlane::PeerLost(int peer, const std::string& reason) {
   struct Counted {
     ControlPlane* plane;
     ~Counted() {
-      std::lock_guard<std::mutex> lock(plane->mu_);
+      MutexLock lock(&plane->mu_);
       ++plane->connections_ended_;
-      plane->ended_cv_.notify_all();
+      plane->ended_cv_.NotifyAll();
     }
   } counted{this};
   if (closed_ || shutting_down_) return;
@@ -376,7 +365,7 @@ void ControlPlane::PeerLost(int peer, const std::string& reason) {
   if (shm && shm->leaving(rank_ == 0 ? peer : 0)) return;
   if (rank_ == 0) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (leaving_[peer]) return;  // Left after asking to: not a loss.
     }
     if (lost_reported_.exchange(true)) return;
@@ -393,26 +382,21 @@ void ControlPlane::PeerLost(int peer, const std::string& reason) {
 }
 
 int ControlPlane::connections_ended() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return connections_ended_;
 }
 
 bool ControlPlane::WaitConnectionsEnded(int n, absl::Time deadline) const {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (connections_ended_ < n) {
-    if (ended_cv_.wait_for(lock, absl::ToChronoNanoseconds(
-                                     deadline - absl::Now())) ==
-            std::cv_status::timeout &&
-        absl::Now() >= deadline) {
-      return connections_ended_ >= n;
-    }
+    if (!ended_cv_.WaitUntil(&mu_, deadline)) return connections_ended_ >= n;
   }
   return true;
 }
 
 void ControlPlane::Push(int from_rank, wire::ControlMessage message) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     events_.push_back({from_rank, std::move(message)});
   }
   callbacks_.notify();
@@ -421,7 +405,7 @@ void ControlPlane::Push(int from_rank, wire::ControlMessage message) {
 std::vector<ControlEvent> ControlPlane::TakeEvents() {
   std::vector<ControlEvent> out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     out.swap(events_);
   }
   if (shm_.load()) {
@@ -461,10 +445,10 @@ absl::Status ControlPlane::EnableSharedMemory(Store& store,
       }
       all = all && *attached == "1";
     }
-    // Note [Segment lifetime] (ops/shm/segment.h): mapped by all, unlinked.
+    // Note [Segment lifetime] (runtime/os/shared_segment.h): mapped by
+    // all, unlinked.
     if (created.ok()) ShmControlSegment::Unlink(name);
-    s = store.Set(kShmUseKey, all ? "1" : "0");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(store.Set(kShmUseKey, all ? "1" : "0"));
     if (all) segment = std::move(*created);
   } else {
     auto name = store.Get(kShmNameKey, timeout);
@@ -474,9 +458,8 @@ absl::Status ControlPlane::EnableSharedMemory(Store& store,
     if (!name->empty()) {
       opened = ShmControlSegment::Open(*name, rank_, size_, kMaxControlFrame);
     }
-    absl::Status s = store.Set(absl::StrCat("control/shm/attached/", rank_),
-                               opened.ok() ? "1" : "0");
-    if (!s.ok()) return s;
+    KOLO_RETURN_IF_ERROR(store.Set(absl::StrCat("control/shm/attached/", rank_),
+                                   opened.ok() ? "1" : "0"));
     auto use = store.Get(kShmUseKey, timeout);
     if (!use.ok()) return use.status();
     if (*use == "1" && opened.ok()) segment = std::move(*opened);
@@ -515,7 +498,7 @@ bool ControlPlane::DrainShm() {
       }
       if (rank_ == 0 && message.has_request_list() &&
           message.request_list().shutdown()) {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         leaving_[peer] = true;
       }
       shm_events_.push_back({from, std::move(message)});
@@ -552,7 +535,7 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
   }
   std::shared_ptr<net::SecureChannel> channel;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     channel = channels_[0];
   }
   if (!channel) return RankLostError(0, "lost coordinator (rank 0)");
@@ -595,7 +578,7 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
   const std::string bytes = Serialize(m);
   std::vector<std::pair<int, std::shared_ptr<net::SecureChannel>>> targets;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (int r : ranks) {
       if (r > 0 && r < static_cast<int>(channels_.size()) && channels_[r]) {
         targets.emplace_back(r, channels_[r]);
@@ -614,18 +597,18 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
 
 void ControlPlane::Close() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (closed_.exchange(true)) return;
   }
-  closed_cv_.notify_all();
+  closed_cv_.NotifyAll();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
-  if (wake_pipe_[1] >= 0) {
+  if (wake_pipe_.write_end.valid()) {
     char byte = 1;
-    (void)!write(wake_pipe_[1], &byte, 1);
+    (void)!write(wake_pipe_.write_end.get(), &byte, 1);
   }
   std::vector<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& c : channels_) {
       if (c) c->Shutdown();
     }
@@ -634,12 +617,9 @@ void ControlPlane::Close() {
   // The listen thread is gone: its listener and pending handshakes close.
   if (listener_) listener_->Close();
   if (handshakes_) handshakes_->CloseAll();
-  for (int& fd : wake_pipe_) {
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
+  wake_pipe_ = os::Pipe();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     threads.swap(threads_);
   }
   for (auto& t : threads) t.join();

@@ -30,7 +30,6 @@
 #define KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -46,6 +45,8 @@
 #include "runtime/net/handshake_queue.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/net/socket.h"
+#include "runtime/os/unique_fd.h"
+#include "runtime/sync/mutex.h"
 #include "runtime/sync/wakeup.h"
 #include "runtime/wire.pb.h"
 
@@ -138,8 +139,9 @@ class ControlPlane {
   void ListenLoop();
   void ServeConnection(std::shared_ptr<net::SecureChannel> channel);
   // Starts `body` on a thread of threads_; false (and the reason in
-  // *error) when the system has no thread to give. Requires mu_.
-  bool StartThreadLocked(std::function<void()> body, absl::Status* error);
+  // *error) when the system has no thread to give.
+  bool StartThreadLocked(std::function<void()> body, absl::Status* error)
+      KOLO_REQUIRES(mu_);
   void ReadLoop(int peer_rank, net::SecureChannel* channel);
   void PeerLost(int peer_rank, const std::string& reason);
   void Push(int from_rank, wire::ControlMessage message);
@@ -153,7 +155,7 @@ class ControlPlane {
   const ControlCallbacks callbacks_;
   const Liveness liveness_;
   std::thread heartbeat_thread_;
-  std::condition_variable closed_cv_;  // wakes the heartbeat thread
+  CondVar closed_cv_;  // wakes the heartbeat thread
   std::atomic<bool> shutting_down_{false};
   std::atomic<bool> closed_{false};
   std::atomic<bool> lost_reported_{false};
@@ -163,21 +165,22 @@ class ControlPlane {
   std::unique_ptr<net::Listener> listener_;
   std::unique_ptr<net::HandshakeQueue> handshakes_;
   std::thread listen_thread_;
-  int wake_pipe_[2] = {-1, -1};  // wakes the listen thread
+  os::Pipe wake_pipe_;  // wakes the listen thread
 
-  mutable std::mutex mu_;
-  std::condition_variable joined_cv_;
+  mutable Mutex mu_;
+  CondVar joined_cv_;
   // Coordinator: index = peer rank; others: [0] = the coordinator.
-  std::vector<std::shared_ptr<net::SecureChannel>> channels_;  // guarded by mu_
-  std::vector<bool> leaving_;  // guarded by mu_ (rank asked to shut down)
-  int joined_ = 0;             // guarded by mu_
-  std::vector<std::thread> threads_;  // guarded by mu_
-  std::vector<ControlEvent> events_;  // guarded by mu_
-  int connections_ended_ = 0;         // guarded by mu_
-  mutable std::condition_variable ended_cv_;
+  std::vector<std::shared_ptr<net::SecureChannel>> channels_
+      KOLO_GUARDED_BY(mu_);
+  std::vector<bool> leaving_ KOLO_GUARDED_BY(mu_);  // (rank asked to shut down)
+  int joined_ KOLO_GUARDED_BY(mu_) = 0;
+  std::vector<std::thread> threads_ KOLO_GUARDED_BY(mu_);
+  std::vector<ControlEvent> events_ KOLO_GUARDED_BY(mu_);
+  int connections_ended_ KOLO_GUARDED_BY(mu_) = 0;
+  mutable CondVar ended_cv_;
   // A failure of the coordinator's listen thread while ranks are joining
   // (no thread for a rank's connection); StartCoordinator returns it.
-  absl::Status start_error_;  // guarded by mu_
+  absl::Status start_error_ KOLO_GUARDED_BY(mu_);
 
   // Set once before the background thread starts; read by reader threads.
   std::unique_ptr<ShmControlSegment> shm_owner_;

@@ -1,15 +1,9 @@
 #include "runtime/control/shm_ring.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 
@@ -25,8 +19,6 @@ constexpr absl::Duration kFullSpin = absl::Microseconds(20);
 constexpr absl::Duration kFullMaxSleep = absl::Milliseconds(1);
 
 size_t RoundUp8(size_t n) { return (n + 7) & ~size_t{7}; }
-
-std::string Errno(int e) { return std::strerror(e); }
 
 }  // namespace
 
@@ -139,10 +131,10 @@ size_t ShmControlSegment::Bytes(int size) {
   return 64 + sizeof(ShmControlRank) * size + 2 * ring * (size - 1);
 }
 
-ShmControlSegment::ShmControlSegment(void* base, size_t bytes, int rank,
-                                     int size, size_t max_message)
-    : base_(base), bytes_(bytes), rank_(rank), size_(size) {
-  uint8_t* p = static_cast<uint8_t*>(base) + 64;
+ShmControlSegment::ShmControlSegment(std::unique_ptr<os::SharedSegment> segment,
+                                     int rank, int size, size_t max_message)
+    : segment_(std::move(segment)), rank_(rank), size_(size) {
+  uint8_t* p = static_cast<uint8_t*>(segment_->data()) + 64;
   ranks_ = reinterpret_cast<ShmControlRank*>(p);
   p += sizeof(ShmControlRank) * size;
   for (int r = 0; r < size; ++r) {
@@ -162,8 +154,6 @@ ShmControlSegment::ShmControlSegment(void* base, size_t bytes, int rank,
   }
 }
 
-ShmControlSegment::~ShmControlSegment() { munmap(base_, bytes_); }
-
 void ShmControlSegment::SetLeaving(int r) {
   ranks_[r].leaving.store(1, std::memory_order_seq_cst);
 }
@@ -174,71 +164,37 @@ bool ShmControlSegment::leaving(int r) const {
 
 absl::StatusOr<std::unique_ptr<ShmControlSegment>> ShmControlSegment::Create(
     int rank, int size, size_t max_message, std::string* name) {
-  std::random_device random;
-  *name =
-      absl::StrCat("/kolo-ctl-", getpid(), "-",
-                   absl::Hex(static_cast<uint64_t>(random()) << 32 | random(),
-                             absl::kZeroPad16));
-  const size_t bytes = Bytes(size);
-  int fd = shm_open(name->c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("shm_open(", *name, ") failed: ", Errno(errno)));
-  }
-  // Reserve the pages: a full /dev/shm fails here, not with SIGBUS later.
-  int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  void* base =
-      err == 0 ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-               : MAP_FAILED;
-  if (base == MAP_FAILED && err == 0) err = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
-    Unlink(*name);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot reserve ", bytes, " bytes of shared memory: ", Errno(err)));
-  }
-  auto* magic = static_cast<uint64_t*>(base);
+  *name = os::SharedSegment::RandomName("kolo-ctl");
+  absl::StatusOr<std::unique_ptr<os::SharedSegment>> segment =
+      os::SharedSegment::Create(*name, Bytes(size));
+  if (!segment.ok()) return segment.status();
+  auto* magic = static_cast<uint64_t*>((*segment)->data());
   magic[1] = static_cast<uint64_t>(size);
   std::atomic_thread_fence(std::memory_order_release);
   magic[0] = kMagic;
   return std::unique_ptr<ShmControlSegment>(
-      new ShmControlSegment(base, bytes, rank, size, max_message));
+      new ShmControlSegment(*std::move(segment), rank, size, max_message));
 }
 
 absl::StatusOr<std::unique_ptr<ShmControlSegment>> ShmControlSegment::Open(
     const std::string& name, int rank, int size, size_t max_message) {
-  const size_t bytes = Bytes(size);
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("shm_open(", name, ") failed: ", Errno(errno)));
-  }
-  struct stat st;
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != bytes) {
-    close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("shared memory ", name, " has the wrong size"));
-  }
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int err = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
-    return absl::UnavailableError(
-        absl::StrCat("mmap of ", name, " failed: ", Errno(err)));
-  }
-  auto* magic = static_cast<uint64_t*>(base);
+  absl::StatusOr<std::unique_ptr<os::SharedSegment>> segment =
+      os::SharedSegment::Open(name, Bytes(size));
+  if (!segment.ok()) return segment.status();
+  const auto* magic = static_cast<const uint64_t*>((*segment)->data());
   if (magic[0] != kMagic || magic[1] != static_cast<uint64_t>(size)) {
-    munmap(base, bytes);
-    return absl::UnavailableError(absl::StrCat("shared memory ", name,
-                                               " is not a control segment for ",
-                                               size, " ranks"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory ", name, " is not a control segment for ",
+                     size, " ranks"));
   }
   return std::unique_ptr<ShmControlSegment>(
-      new ShmControlSegment(base, bytes, rank, size, max_message));
+      new ShmControlSegment(*std::move(segment), rank, size, max_message));
 }
 
 void ShmControlSegment::Unlink(const std::string& name) {
-  shm_unlink(name.c_str());
+  // Only a bug fails here (ENOENT is fine): the control plane falls back to
+  // TCP whatever happened to the segment.
+  os::SharedSegment::Unlink(name).IgnoreError();
 }
 
 }  // namespace kolo

@@ -18,9 +18,10 @@
 // closes; the coordinator's final list before its own) is kept by flags in
 // the segment that the sender sets before it sends: a peer that closes
 // after setting them is leaving, not lost.
-// The segment follows Note [Segment lifetime] of ops/shm/segment.h: a random
-// name, mode 0600, unlinked as soon as every rank has mapped it, so nothing
-// is left in /dev/shm even after kill -9.
+// The segment is an os::SharedSegment and follows its Note [Segment
+// lifetime] (runtime/os/shared_segment.h): a random name, mode 0600,
+// unlinked as soon as every rank has mapped it, so nothing is left in
+// /dev/shm even after kill -9.
 //
 // Messages larger than a fragment (a quarter of the ring) are split; a
 // writer that finds the ring full waits for the reader (spin, then short
@@ -44,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "runtime/os/shared_segment.h"
 #include "runtime/sync/wakeup.h"
 
 namespace kolo {
@@ -101,15 +103,18 @@ class ShmControlSegment {
   static size_t RingBytes(int size);
 
   // Creates a segment for `size` ranks under a fresh random name (returned
-  // in *name), mapped.
+  // in *name), mapped. Errors as os::SharedSegment::Create.
   static absl::StatusOr<std::unique_ptr<ShmControlSegment>> Create(
       int rank, int size, size_t max_message, std::string* name);
-  // Maps the segment `name` created for `size` ranks.
+  // Maps the segment `name` created for `size` ranks. Errors as
+  // os::SharedSegment::Open, and FailedPrecondition when the segment is not
+  // a control segment for `size` ranks.
   static absl::StatusOr<std::unique_ptr<ShmControlSegment>> Open(
       const std::string& name, int rank, int size, size_t max_message);
+  // Removes the name (mappings stay valid); absent is fine.
   static void Unlink(const std::string& name);
 
-  ~ShmControlSegment();
+  ~ShmControlSegment() = default;  // Unmaps.
   ShmControlSegment(const ShmControlSegment&) = delete;
   ShmControlSegment& operator=(const ShmControlSegment&) = delete;
 
@@ -129,12 +134,11 @@ class ShmControlSegment {
   bool coordinator_done() const { return leaving(0); }
 
  private:
-  ShmControlSegment(void* base, size_t bytes, int rank, int size,
-                    size_t max_message);
+  ShmControlSegment(std::unique_ptr<os::SharedSegment> segment, int rank,
+                    int size, size_t max_message);
   static size_t Bytes(int size);
 
-  void* const base_;
-  const size_t bytes_;
+  const std::unique_ptr<os::SharedSegment> segment_;
   const int rank_;
   const int size_;
   ShmControlRank* ranks_;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/os/errno_text.h"
 
 namespace kolo {
 namespace net {
@@ -23,29 +24,24 @@ absl::StatusOr<std::unique_ptr<HandshakeQueue>> HandshakeQueue::Create(
     return absl::InvalidArgumentError(
         "the job secret is empty: an empty secret authenticates nobody");
   }
-  const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd < 0) {
-    char buf[256];
-    return absl::ResourceExhaustedError(
-        absl::StrCat("epoll_create1 for pending handshakes: ",
-                     ::strerror_r(errno, buf, sizeof(buf))));
+  os::UniqueFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd.valid()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "epoll_create1 for pending handshakes: ", os::ErrnoText(errno)));
   }
   limits.max_pending = std::max<size_t>(limits.max_pending, 1);
-  return std::unique_ptr<HandshakeQueue>(
-      new HandshakeQueue(std::move(secret), max_frame_bytes, limits, epoll_fd));
+  return std::unique_ptr<HandshakeQueue>(new HandshakeQueue(
+      std::move(secret), max_frame_bytes, limits, std::move(epoll_fd)));
 }
 
 HandshakeQueue::HandshakeQueue(std::string secret, size_t max_frame_bytes,
-                               Limits limits, int epoll_fd)
+                               Limits limits, os::UniqueFd epoll_fd)
     : secret_(std::move(secret)),
       max_frame_bytes_(max_frame_bytes),
       limits_(limits),
-      epoll_fd_(epoll_fd) {}
+      epoll_fd_(std::move(epoll_fd)) {}
 
-HandshakeQueue::~HandshakeQueue() {
-  CloseAll();
-  ::close(epoll_fd_);
-}
+HandshakeQueue::~HandshakeQueue() { CloseAll(); }
 
 void HandshakeQueue::CloseAll() {
   while (!queue_.empty()) Drop(queue_.begin());
@@ -68,7 +64,7 @@ absl::Time HandshakeQueue::NextDeadline() const {
 void HandshakeQueue::Drop(Iterator it) {
   // Out of the epoll set before the descriptor closes (and its number can
   // be reused by the next accept).
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->socket.fd(), nullptr);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, it->socket.fd(), nullptr);
   by_id_.erase(it->id);
   queue_.erase(it);
 }
@@ -96,7 +92,8 @@ void HandshakeQueue::Add(Socket socket, absl::Time now) {
     struct epoll_event event = {};
     event.events = EPOLLIN | EPOLLRDHUP;
     event.data.u64 = it->id;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, it->socket.fd(), &event) != 0) {
+    if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, it->socket.fd(), &event) !=
+        0) {
       Drop(it);  // Out of epoll watches (ENOSPC) or memory: closed.
     }
   } catch (const std::bad_alloc&) {
@@ -125,7 +122,7 @@ void HandshakeQueue::Read(Iterator it,
   }
   pending.answer.append(buf, static_cast<size_t>(got));
   if (pending.answer.size() < sizeof(buf)) return;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, pending.socket.fd(), nullptr);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, pending.socket.fd(), nullptr);
   // The proof goes into an otherwise empty send buffer: does not block.
   absl::StatusOr<std::unique_ptr<SecureChannel>> channel =
       SecureChannel::ServerFinish(pending.socket, secret_, pending.nonce,
@@ -149,7 +146,7 @@ std::vector<std::unique_ptr<SecureChannel>> HandshakeQueue::Process(
   // A bounded number of rounds, so that a flood of answers cannot keep the
   // caller from its other connections; level-triggered, the rest stay ready.
   for (int round = 0; round < 8 && !queue_.empty(); ++round) {
-    const int n = ::epoll_wait(epoll_fd_, events, 64, 0);
+    const int n = ::epoll_wait(epoll_fd_.get(), events, 64, 0);
     if (n <= 0) break;  // Nothing ready (or EINTR: the caller polls again).
     for (int i = 0; i < n; ++i) {
       // A copy: epoll_event is packed, its u64 misaligned for a reference.

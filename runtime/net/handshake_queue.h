@@ -45,6 +45,7 @@
 #include "absl/time/time.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/net/socket.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace net {
@@ -67,7 +68,7 @@ class HandshakeQueue {
   ~HandshakeQueue();  // Closes every pending connection.
 
   // Readable (POLLIN) when some pending connection has bytes or closed.
-  int fd() const { return epoll_fd_; }
+  int fd() const { return epoll_fd_.get(); }
 
   // Whether Add() now would close no connection younger than
   // min_age_to_evict.
@@ -103,7 +104,7 @@ class HandshakeQueue {
   using Iterator = std::list<Pending>::iterator;
 
   HandshakeQueue(std::string secret, size_t max_frame_bytes, Limits limits,
-                 int epoll_fd);
+                 os::UniqueFd epoll_fd);
   void Drop(Iterator it);
   // Reads what `it` has sent; a completed channel goes to `done`.
   void Read(Iterator it, std::vector<std::unique_ptr<SecureChannel>>* done);
@@ -111,7 +112,7 @@ class HandshakeQueue {
   const std::string secret_;
   const size_t max_frame_bytes_;
   const Limits limits_;
-  const int epoll_fd_;
+  const os::UniqueFd epoll_fd_;
   uint64_t next_id_ = 1;
   std::list<Pending> queue_;  // oldest first (so also by deadline)
   std::unordered_map<uint64_t, Iterator> by_id_;

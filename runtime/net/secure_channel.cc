@@ -9,6 +9,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace net {
@@ -51,11 +53,9 @@ absl::Status FillRandom(void* data, size_t len) {
     if (got < 0) {
       const int err = errno;
       if (err == EINTR) continue;
-      char buf[256];
-      // GNU strerror_r: thread-safe, returns a pointer that may not be buf.
-      return absl::InternalError(absl::StrCat(
-          "getrandom failed: ", ::strerror_r(err, buf, sizeof(buf)),
-          " (the kernel gives no randomness)"));
+      return absl::InternalError(
+          absl::StrCat("getrandom failed: ", os::ErrnoText(err),
+                       " (the kernel gives no randomness)"));
     }
     p += got;
     len -= static_cast<size_t>(got);
@@ -265,7 +265,7 @@ absl::StatusOr<std::string> SecureChannel::Seal(absl::string_view payload) {
   absl::Status sendable = CheckSendable(payload);
   if (!sendable.ok()) return sendable;
   std::string frame;
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   AppendFrameLocked(payload, &frame);
   ++send_seq_;
   return frame;
@@ -275,7 +275,7 @@ absl::Status SecureChannel::Send(absl::string_view payload,
                                  absl::Time deadline) {
   absl::Status sendable = CheckSendable(payload);
   if (!sendable.ok()) return sendable;
-  std::lock_guard<std::mutex> lock(send_mu_);
+  MutexLock lock(&send_mu_);
   absl::Status st;
   if (payload.size() <= kCoalesceBytes) {
     std::string frame;

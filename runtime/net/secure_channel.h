@@ -50,6 +50,7 @@
 #include "absl/time/time.h"
 #include "runtime/net/sha256.h"
 #include "runtime/net/socket.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace net {
@@ -123,8 +124,8 @@ class SecureChannel {
   // InvalidArgument over the cap, Unavailable after Shutdown().
   absl::Status CheckSendable(absl::string_view payload) const;
   // Appends the frame of `payload` with sequence number send_seq_.
-  // Requires send_mu_.
-  void AppendFrameLocked(absl::string_view payload, std::string* out);
+  void AppendFrameLocked(absl::string_view payload, std::string* out)
+      KOLO_REQUIRES(send_mu_);
   Sha256::Digest FrameMac(bool outgoing, uint64_t sequence,
                           absl::string_view payload) const;
   // The checks of Note [Frames without blocking], shared by Receive and Open.
@@ -135,8 +136,8 @@ class SecureChannel {
   const HmacSha256 session_mac_;  // keyed with the session key
   const bool is_client_;
   const size_t max_frame_bytes_;
-  std::mutex send_mu_;
-  uint64_t send_seq_ = 0;  // guarded by send_mu_
+  Mutex send_mu_;
+  uint64_t send_seq_ KOLO_GUARDED_BY(send_mu_) = 0;
   uint64_t recv_seq_ = 0;  // owned by the receiving thread
   // Set by Shutdown() so later calls say why the channel is closed.
   std::atomic<bool> shut_down_{false};

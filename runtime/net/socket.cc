@@ -12,14 +12,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/poll_timeout.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace net {
@@ -27,10 +27,10 @@ namespace net {
 // Every fd here is non-blocking and every wait goes through poll() with the
 // caller's deadline, so no call can block past its deadline.
 struct Listener::AcceptState {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool closed = false;     // guarded by mu
-  int active_accepts = 0;  // guarded by mu
+  Mutex mu;
+  CondVar cv;
+  bool closed KOLO_GUARDED_BY(mu) = false;
+  int active_accepts KOLO_GUARDED_BY(mu) = 0;
 };
 
 namespace {
@@ -47,22 +47,8 @@ std::string HostPort(const std::string& host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
-std::string ErrnoText(int err) {
-  char buf[256];
-  // GNU strerror_r: thread-safe, returns a pointer that may not be buf.
-  return ::strerror_r(err, buf, sizeof(buf));
-}
-
-// Milliseconds until `deadline` for poll(): -1 = forever, rounded up so
-// that poll never returns just before the deadline and spins.
-int PollTimeoutMs(absl::Time deadline) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  int64_t ms =
-      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1)));
-  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
-}
+using os::ErrnoText;
+using os::UniqueFd;
 
 // Waits for `events` on fd. OK when ready (or when poll reports an error or
 // hang-up: the next syscall on the fd reports it precisely).
@@ -70,7 +56,7 @@ absl::Status PollFd(int fd, short events, absl::Time deadline,
                     const char* what) {
   for (;;) {
     struct pollfd pfd = {fd, events, 0};
-    int timeout_ms = PollTimeoutMs(deadline);
+    int timeout_ms = os::PollTimeoutMs(deadline);
     int rc = ::poll(&pfd, 1, timeout_ms);
     if (rc > 0) return absl::OkStatus();
     if (rc < 0) {
@@ -111,44 +97,41 @@ bool IsTransientConnectError(int err) {
          err == EAGAIN;
 }
 
-// One non-blocking connect attempt. Returns the connected fd, or -1 with
-// *err set (ETIMEDOUT when the deadline passed).
-int ConnectOnce(const struct addrinfo* ai, absl::Time deadline, int* err) {
-  int fd =
-      ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-               ai->ai_protocol);
-  if (fd < 0) {
+// One non-blocking connect attempt. Returns the connected socket, or an
+// invalid one with *err set (ETIMEDOUT when the deadline passed).
+UniqueFd ConnectOnce(const struct addrinfo* ai, absl::Time deadline, int* err) {
+  UniqueFd fd(::socket(ai->ai_family,
+                       ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                       ai->ai_protocol));
+  if (!fd.valid()) {
     *err = errno;
-    return -1;
+    return UniqueFd();
   }
   int rc;
   do {
-    rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    rc = ::connect(fd.get(), ai->ai_addr, ai->ai_addrlen);
   } while (rc < 0 && errno == EINTR);
   if (rc < 0 && errno != EINPROGRESS) {
     *err = errno;
-    ::close(fd);
-    return -1;
+    return UniqueFd();
   }
   if (rc < 0) {
-    absl::Status ready = PollFd(fd, POLLOUT, deadline, "connect");
+    absl::Status ready = PollFd(fd.get(), POLLOUT, deadline, "connect");
     if (!ready.ok()) {
       *err = ETIMEDOUT;
-      ::close(fd);
-      return -1;
+      return UniqueFd();
     }
     int so_error = 0;
     socklen_t len = sizeof(so_error);
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) < 0) {
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &so_error, &len) < 0) {
       so_error = errno;
     }
     if (so_error != 0) {
       *err = so_error;
-      ::close(fd);
-      return -1;
+      return UniqueFd();
     }
   }
-  SetNoDelay(fd);
+  SetNoDelay(fd.get());
   return fd;
 }
 
@@ -156,30 +139,14 @@ int ConnectOnce(const struct addrinfo* ai, absl::Time deadline, int* err) {
 
 // --- Socket ---
 
-Socket::Socket(int fd) : fd_(fd) {
-  if (fd_ < 0) return;
+Socket::Socket(UniqueFd fd) : fd_(std::move(fd)) {
+  if (!fd_.valid()) return;
   struct sockaddr_storage ss;
   socklen_t len = sizeof(ss);
-  if (::getpeername(fd_, reinterpret_cast<struct sockaddr*>(&ss), &len) == 0) {
+  if (::getpeername(fd_.get(), reinterpret_cast<struct sockaddr*>(&ss), &len) ==
+      0) {
     peer_ = SockaddrToString(ss);
   }
-}
-
-Socket::~Socket() { Close(); }
-
-Socket::Socket(Socket&& other) noexcept
-    : fd_(other.fd_), peer_(std::move(other.peer_)) {
-  other.fd_ = -1;
-}
-
-Socket& Socket::operator=(Socket&& other) noexcept {
-  if (this != &other) {
-    Close();
-    fd_ = other.fd_;
-    peer_ = std::move(other.peer_);
-    other.fd_ = -1;
-  }
-  return *this;
 }
 
 absl::StatusOr<Socket> Socket::Connect(const std::string& host, int port,
@@ -214,10 +181,10 @@ absl::StatusOr<Socket> Socket::Connect(const std::string& host, int port,
       for (const struct addrinfo* ai = result; ai != nullptr;
            ai = ai->ai_next) {
         int err = 0;
-        int fd = ConnectOnce(ai, deadline, &err);
-        if (fd >= 0) {
+        UniqueFd fd = ConnectOnce(ai, deadline, &err);
+        if (fd.valid()) {
           ::freeaddrinfo(result);
-          return Socket(fd);
+          return Socket(std::move(fd));
         }
         last_error = ErrnoText(err);
         if (IsTransientConnectError(err) || err == ETIMEDOUT) transient = true;
@@ -242,13 +209,13 @@ absl::StatusOr<Socket> Socket::Connect(const std::string& host, int port,
 
 absl::Status Socket::SendAll(const void* data, size_t len,
                              absl::Time deadline) {
-  if (fd_ < 0)
+  if (!fd_.valid())
     return absl::UnavailableError("connection closed (socket closed)");
   const char* p = static_cast<const char*>(data);
   while (len > 0) {
     // MSG_DONTWAIT keeps the call non-blocking even for an fd handed to us
     // in blocking mode; MSG_NOSIGNAL turns SIGPIPE into EPIPE.
-    ssize_t n = ::send(fd_, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::send(fd_.get(), p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= static_cast<size_t>(n);
@@ -256,7 +223,7 @@ absl::Status Socket::SendAll(const void* data, size_t len,
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      absl::Status ready = PollFd(fd_, POLLOUT, deadline, "send");
+      absl::Status ready = PollFd(fd_.get(), POLLOUT, deadline, "send");
       if (!ready.ok()) return ready;
       continue;
     }
@@ -273,11 +240,11 @@ absl::Status Socket::SendAll(const void* data, size_t len,
 }
 
 absl::Status Socket::RecvAll(void* data, size_t len, absl::Time deadline) {
-  if (fd_ < 0)
+  if (!fd_.valid())
     return absl::UnavailableError("connection closed (socket closed)");
   char* p = static_cast<char*>(data);
   while (len > 0) {
-    ssize_t n = ::recv(fd_, p, len, MSG_DONTWAIT);
+    ssize_t n = ::recv(fd_.get(), p, len, MSG_DONTWAIT);
     if (n > 0) {
       p += n;
       len -= static_cast<size_t>(n);
@@ -289,7 +256,7 @@ absl::Status Socket::RecvAll(void* data, size_t len, absl::Time deadline) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      absl::Status ready = PollFd(fd_, POLLIN, deadline, "receive");
+      absl::Status ready = PollFd(fd_.get(), POLLIN, deadline, "receive");
       if (!ready.ok()) return ready;
       continue;
     }
@@ -306,49 +273,38 @@ absl::Status Socket::RecvAll(void* data, size_t len, absl::Time deadline) {
 }
 
 absl::Status Socket::WaitReadable(absl::Time deadline) {
-  if (fd_ < 0)
+  if (!fd_.valid())
     return absl::UnavailableError("connection closed (socket closed)");
-  return PollFd(fd_, POLLIN, deadline, "receive");
+  return PollFd(fd_.get(), POLLIN, deadline, "receive");
 }
 
 void Socket::ShutdownBoth() {
-  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
-void Socket::Close() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
-  }
-}
+void Socket::Close() { fd_.reset(); }
 
 // --- Listener ---
 
 Listener::~Listener() { Close(); }
 
 Listener::Listener(Listener&& other) noexcept
-    : fd_(other.fd_),
+    : fd_(std::move(other.fd_)),
+      wake_pipe_(std::move(other.wake_pipe_)),
       accept_state_(std::move(other.accept_state_)),
       port_(other.port_),
       addr_(std::move(other.addr_)) {
-  wake_pipe_[0] = other.wake_pipe_[0];
-  wake_pipe_[1] = other.wake_pipe_[1];
-  other.fd_ = -1;
-  other.wake_pipe_[0] = other.wake_pipe_[1] = -1;
   other.port_ = 0;
 }
 
 Listener& Listener::operator=(Listener&& other) noexcept {
   if (this != &other) {
     Close();
-    fd_ = other.fd_;
-    wake_pipe_[0] = other.wake_pipe_[0];
-    wake_pipe_[1] = other.wake_pipe_[1];
+    fd_ = std::move(other.fd_);
+    wake_pipe_ = std::move(other.wake_pipe_);
     accept_state_ = std::move(other.accept_state_);
     port_ = other.port_;
     addr_ = std::move(other.addr_);
-    other.fd_ = -1;
-    other.wake_pipe_[0] = other.wake_pipe_[1] = -1;
     other.port_ = 0;
   }
   return *this;
@@ -378,10 +334,10 @@ absl::StatusOr<Listener> Listener::Bind(const std::string& addr, int port) {
         "bind address ", where,
         " is not a numeric IPv4/IPv6 address: ", ::gai_strerror(gai)));
   }
-  int fd = ::socket(result->ai_family,
-                    result->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    result->ai_protocol);
-  if (fd < 0) {
+  UniqueFd fd(::socket(result->ai_family,
+                       result->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                       result->ai_protocol));
+  if (!fd.valid()) {
     int err = errno;
     ::freeaddrinfo(result);
     return absl::UnavailableError(
@@ -389,26 +345,24 @@ absl::StatusOr<Listener> Listener::Bind(const std::string& addr, int port) {
   }
   // Lets a restarted server rebind while old connections sit in TIME_WAIT.
   int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, result->ai_addr, result->ai_addrlen) != 0) {
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(fd.get(), result->ai_addr, result->ai_addrlen) != 0) {
     int err = errno;
     ::freeaddrinfo(result);
-    ::close(fd);
     return absl::UnavailableError(
         absl::StrCat("cannot bind ", where, ": ", ErrnoText(err)));
   }
   ::freeaddrinfo(result);
-  if (::listen(fd, SOMAXCONN) != 0) {
+  if (::listen(fd.get(), SOMAXCONN) != 0) {
     int err = errno;
-    ::close(fd);
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", where, ": ", ErrnoText(err)));
   }
   struct sockaddr_storage ss;
   socklen_t len = sizeof(ss);
-  if (::getsockname(fd, reinterpret_cast<struct sockaddr*>(&ss), &len) != 0) {
+  if (::getsockname(fd.get(), reinterpret_cast<struct sockaddr*>(&ss), &len) !=
+      0) {
     int err = errno;
-    ::close(fd);
     return absl::InternalError(
         absl::StrCat("getsockname for ", where, ": ", ErrnoText(err)));
   }
@@ -416,13 +370,11 @@ absl::StatusOr<Listener> Listener::Bind(const std::string& addr, int port) {
       ss.ss_family == AF_INET6
           ? ntohs(reinterpret_cast<struct sockaddr_in6*>(&ss)->sin6_port)
           : ntohs(reinterpret_cast<struct sockaddr_in*>(&ss)->sin_port);
+  absl::StatusOr<os::Pipe> wake_pipe = os::MakePipe(O_CLOEXEC | O_NONBLOCK);
+  if (!wake_pipe.ok()) return wake_pipe.status();
   Listener listener;
-  if (::pipe2(listener.wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    int err = errno;
-    ::close(fd);
-    return absl::InternalError(absl::StrCat("pipe2: ", ErrnoText(err)));
-  }
-  listener.fd_ = fd;
+  listener.fd_ = std::move(fd);
+  listener.wake_pipe_ = *std::move(wake_pipe);
   listener.port_ = bound_port;
   listener.addr_ = addr;
   listener.accept_state_ = std::make_shared<AcceptState>();
@@ -435,19 +387,20 @@ absl::StatusOr<Socket> Listener::Accept(absl::Time deadline) {
   }
   AcceptState& state = *accept_state_;
   {
-    std::lock_guard<std::mutex> lock(state.mu);
+    MutexLock lock(&state.mu);
     if (state.closed) return absl::CancelledError("listener is closed");
     ++state.active_accepts;
   }
   // Close() waits for active_accepts to drop to zero before closing fds.
   auto leave = [&state]() {
-    std::lock_guard<std::mutex> lock(state.mu);
-    if (--state.active_accepts == 0) state.cv.notify_all();
+    MutexLock lock(&state.mu);
+    if (--state.active_accepts == 0) state.cv.NotifyAll();
   };
   const std::string where = HostPort(addr_, port_);
   for (;;) {
-    struct pollfd pfds[2] = {{fd_, POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
-    int rc = ::poll(pfds, 2, PollTimeoutMs(deadline));
+    struct pollfd pfds[2] = {{fd_.get(), POLLIN, 0},
+                             {wake_pipe_.read_end.get(), POLLIN, 0}};
+    int rc = ::poll(pfds, 2, os::PollTimeoutMs(deadline));
     if (rc < 0) {
       if (errno == EINTR) continue;
       int err = errno;
@@ -477,15 +430,15 @@ absl::StatusOr<Socket> Listener::Accept(absl::Time deadline) {
 }
 
 absl::StatusOr<Socket> Listener::TryAccept() {
-  if (fd_ < 0) return absl::CancelledError("listener is closed");
+  if (!fd_.valid()) return absl::CancelledError("listener is closed");
   for (;;) {
     struct sockaddr_storage ss;
     socklen_t ss_len = sizeof(ss);
-    int fd = ::accept4(fd_, reinterpret_cast<struct sockaddr*>(&ss), &ss_len,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd >= 0) {
-      SetNoDelay(fd);
-      return Socket(fd, SockaddrToString(ss));
+    UniqueFd fd(::accept4(fd_.get(), reinterpret_cast<struct sockaddr*>(&ss),
+                          &ss_len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (fd.valid()) {
+      SetNoDelay(fd.get());
+      return Socket(std::move(fd), SockaddrToString(ss));
     }
     const int err = errno;
     if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
@@ -502,19 +455,16 @@ absl::StatusOr<Socket> Listener::TryAccept() {
 void Listener::Close() {
   if (accept_state_ == nullptr) return;
   AcceptState& state = *accept_state_;
-  std::unique_lock<std::mutex> lock(state.mu);
+  MutexLock lock(&state.mu);
   if (state.closed) return;
   state.closed = true;
   char byte = 1;
-  ssize_t ignored = ::write(wake_pipe_[1], &byte, 1);
+  ssize_t ignored = ::write(wake_pipe_.write_end.get(), &byte, 1);
   (void)ignored;
   // The fds stay open until every Accept has left poll().
-  state.cv.wait(lock, [&state] { return state.active_accepts == 0; });
-  if (fd_ >= 0) ::close(fd_);
-  if (wake_pipe_[0] >= 0) ::close(wake_pipe_[0]);
-  if (wake_pipe_[1] >= 0) ::close(wake_pipe_[1]);
-  fd_ = -1;
-  wake_pipe_[0] = wake_pipe_[1] = -1;
+  while (state.active_accepts != 0) state.cv.Wait(&state.mu);
+  fd_.reset();
+  wake_pipe_ = os::Pipe();
 }
 
 }  // namespace net

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace net {
@@ -20,13 +21,14 @@ namespace net {
 class Socket {
  public:
   Socket() = default;
-  // Takes ownership of a connected fd; the peer's address is read now (see
+  // Owns a connected socket; the peer's address is read now (see
   // PeerAddress()).
-  explicit Socket(int fd);
-  Socket(int fd, std::string peer) : fd_(fd), peer_(std::move(peer)) {}
-  ~Socket();
-  Socket(Socket&& other) noexcept;
-  Socket& operator=(Socket&& other) noexcept;
+  explicit Socket(os::UniqueFd fd);
+  Socket(os::UniqueFd fd, std::string peer)
+      : fd_(std::move(fd)), peer_(std::move(peer)) {}
+  ~Socket() = default;  // Closes the socket.
+  Socket(Socket&& other) = default;
+  Socket& operator=(Socket&& other) = default;
   Socket(const Socket&) = delete;
   Socket& operator=(const Socket&) = delete;
 
@@ -49,15 +51,16 @@ class Socket {
   // Unblocks any thread blocked in SendAll/RecvAll on this socket.
   void ShutdownBoth();
   void Close();
-  bool valid() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
+  bool valid() const { return fd_.valid(); }
+  // Borrowed: the Socket keeps owning it.
+  int fd() const { return fd_.get(); }
   // "127.0.0.1:41234" of the remote end ("" if unknown). Remembered when
   // the socket was connected or accepted, so that errors still name the
   // peer after it reset the connection (getpeername() then fails).
   const std::string& PeerAddress() const { return peer_; }
 
  private:
-  int fd_ = -1;
+  os::UniqueFd fd_;
   std::string peer_;
 };
 
@@ -84,7 +87,8 @@ class Listener {
   // retrying at once. Not to be mixed with Accept() or Close() in other
   // threads.
   absl::StatusOr<Socket> TryAccept();
-  int fd() const { return fd_; }
+  // Borrowed: the Listener keeps owning it.
+  int fd() const { return fd_.get(); }
 
   // Unblocks Accept and closes the socket. Thread-safe.
   void Close();
@@ -98,8 +102,8 @@ class Listener {
   // because its deleter needs no complete type in this header.
   struct AcceptState;
 
-  int fd_ = -1;
-  int wake_pipe_[2] = {-1, -1};  // Close() writes here to unblock Accept.
+  os::UniqueFd fd_;
+  os::Pipe wake_pipe_;  // Close() writes here to unblock Accept.
   std::shared_ptr<AcceptState> accept_state_;
   int port_ = 0;
   std::string addr_;

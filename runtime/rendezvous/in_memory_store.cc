@@ -2,11 +2,12 @@
 
 #include <chrono>
 
-#include "runtime/format.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "runtime/format.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace {
@@ -39,32 +40,27 @@ absl::Status StoreWaitTimedOut(const std::vector<std::string>& missing,
 }
 
 void InMemoryStore::Changed() {
-  changed_.notify_all();
+  changed_.NotifyAll();
   if (on_change_) on_change_();
 }
 
-// Waits until `ready` holds (true), or the timeout passes or the store shuts
-// down (false).
-template <typename Predicate>
-bool InMemoryStore::WaitFor(std::unique_lock<std::mutex>& lock,
-                            absl::Duration timeout, Predicate ready) {
-  auto done = [&] { return shut_down_ || ready(); };
-  if (timeout >= kForever) {
-    changed_.wait(lock, done);
-  } else {
-    if (timeout < absl::ZeroDuration()) timeout = absl::ZeroDuration();
-    changed_.wait_until(
-        lock,
-        std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(timeout),
-        done);
+absl::Time InMemoryStore::DeadlineAfter(absl::Duration timeout) {
+  if (timeout >= kForever) return absl::InfiniteFuture();
+  return absl::Now() + std::max(timeout, absl::ZeroDuration());
+}
+
+bool InMemoryStore::AllPresentLocked(
+    const std::vector<std::string>& keys) const {
+  for (const std::string& key : keys) {
+    if (data_.count(key) == 0) return false;
   }
-  return ready();
+  return true;
 }
 
 absl::Status InMemoryStore::Set(const std::string& key,
                                 const std::string& value) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     data_[key] = value;
   }
   Changed();
@@ -73,9 +69,12 @@ absl::Status InMemoryStore::Set(const std::string& key,
 
 absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key,
                                                absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto present = [&] { return data_.count(key) > 0; };
-  if (WaitFor(lock, timeout, present)) return data_[key];
+  MutexLock lock(&mu_);
+  const absl::Time deadline = DeadlineAfter(timeout);
+  while (data_.count(key) == 0 && !shut_down_ &&
+         changed_.WaitUntil(&mu_, deadline)) {
+  }
+  if (data_.count(key) > 0) return data_[key];
   if (shut_down_) return StoreShuttingDown();
   return StoreGetTimedOut(key, timeout);
 }
@@ -84,7 +83,7 @@ absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key,
                                            int64_t delta) {
   int64_t result = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     int64_t current = 0;
     auto it = data_.find(key);
     if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
@@ -105,14 +104,12 @@ absl::StatusOr<int64_t> InMemoryStore::Add(const std::string& key,
 
 absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
                                  absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto all_present = [&] {
-    for (const std::string& key : keys) {
-      if (data_.count(key) == 0) return false;
-    }
-    return true;
-  };
-  if (WaitFor(lock, timeout, all_present)) return absl::OkStatus();
+  MutexLock lock(&mu_);
+  const absl::Time deadline = DeadlineAfter(timeout);
+  while (!AllPresentLocked(keys) && !shut_down_ &&
+         changed_.WaitUntil(&mu_, deadline)) {
+  }
+  if (AllPresentLocked(keys)) return absl::OkStatus();
   if (shut_down_) return StoreShuttingDown();
   std::vector<std::string> missing;
   for (const std::string& key : keys) {
@@ -122,12 +119,12 @@ absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
 }
 
 absl::StatusOr<bool> InMemoryStore::Check(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return data_.count(key) > 0;
 }
 
 std::optional<std::string> InMemoryStore::TryGet(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = data_.find(key);
   if (it == data_.end()) return std::nullopt;
   return it->second;
@@ -135,7 +132,7 @@ std::optional<std::string> InMemoryStore::TryGet(const std::string& key) {
 
 std::vector<std::string> InMemoryStore::MissingKeys(
     const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> missing;
   for (const std::string& key : keys) {
     if (data_.count(key) == 0) missing.push_back(key);
@@ -145,10 +142,10 @@ std::vector<std::string> InMemoryStore::MissingKeys(
 
 void InMemoryStore::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     shut_down_ = true;
   }
-  changed_.notify_all();
+  changed_.NotifyAll();
 }
 
 std::shared_ptr<Store> NewInMemoryStore() {

@@ -8,7 +8,6 @@
 #ifndef KOLO_RUNTIME_RENDEZVOUS_IN_MEMORY_STORE_H_
 #define KOLO_RUNTIME_RENDEZVOUS_IN_MEMORY_STORE_H_
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "kolo/store.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 
@@ -47,17 +47,18 @@ class InMemoryStore : public Store {
   void Shutdown();
 
  private:
-  template <typename Predicate>
-  bool WaitFor(std::unique_lock<std::mutex>& lock, absl::Duration timeout,
-               Predicate ready);
+  // The end of a wait of `timeout` (kForever: none).
+  static absl::Time DeadlineAfter(absl::Duration timeout);
+  bool AllPresentLocked(const std::vector<std::string>& keys) const
+      KOLO_REQUIRES(mu_);
 
   void Changed();
 
   const std::function<void()> on_change_;
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string> data_;  // guarded by mu_
-  bool shut_down_ = false;                   // guarded by mu_
+  Mutex mu_;
+  CondVar changed_;
+  std::map<std::string, std::string> data_ KOLO_GUARDED_BY(mu_);
+  bool shut_down_ KOLO_GUARDED_BY(mu_) = false;
 };
 
 // The errors of InMemoryStore's Get and Wait when they time out or the store

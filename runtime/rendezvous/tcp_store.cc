@@ -10,6 +10,7 @@
 #include "runtime/net/secure_channel.h"
 #include "runtime/net/socket.h"
 #include "runtime/rendezvous/store_wire.h"
+#include "runtime/sync/mutex.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
@@ -102,7 +103,7 @@ class TcpStoreClient final : public Store {
           "store request of ", bytes.size(), " bytes exceeds the ",
           kMaxStoreFrameBytes, "-byte frame limit of the rendezvous store"));
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!broken_.ok()) return broken_;
     const absl::Time deadline =
         timeout >= kForever
@@ -130,8 +131,7 @@ class TcpStoreClient final : public Store {
   }
 
   // Marks the connection unusable: every later call fails with Unavailable.
-  // Requires mu_.
-  absl::Status Break(const absl::Status& cause) {
+  absl::Status Break(const absl::Status& cause) KOLO_REQUIRES(mu_) {
     channel_->Shutdown();
     broken_ = absl::UnavailableError(
         absl::StrCat("lost connection to the rendezvous store at ", where_,
@@ -146,8 +146,9 @@ class TcpStoreClient final : public Store {
 
   const std::unique_ptr<net::SecureChannel> channel_;
   const std::string where_;
-  std::mutex mu_;
-  absl::Status broken_;  // guarded by mu_; OK while the connection is usable
+  Mutex mu_;
+  absl::Status broken_
+      KOLO_GUARDED_BY(mu_);  // OK while the connection is usable
 };
 
 }  // namespace

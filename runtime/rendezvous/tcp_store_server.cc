@@ -26,9 +26,13 @@
 #include "runtime/net/handshake_queue.h"
 #include "runtime/net/secure_channel.h"
 #include "runtime/net/socket.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/poll_timeout.h"
+#include "runtime/os/unique_fd.h"
 #include "runtime/rendezvous/in_memory_store.h"
 #include "runtime/rendezvous/store_wire.h"
 #include "runtime/rendezvous/tcp_store.h"
+#include "runtime/sync/mutex.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
@@ -50,20 +54,7 @@ constexpr uint64_t kWakeId = 1;
 constexpr uint64_t kHandshakesId = 2;
 constexpr uint64_t kFirstId = 16;
 
-std::string ErrnoText(int err) {
-  char buf[256];
-  return ::strerror_r(err, buf, sizeof(buf));
-}
-
-int EpollTimeoutMs(absl::Time deadline, absl::Time now) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  if (deadline <= now) return 0;
-  // Rounded up, so that the loop never wakes just before a deadline and
-  // spins.
-  const int64_t ms = absl::ToInt64Milliseconds(
-      absl::Ceil(deadline - now, absl::Milliseconds(1)));
-  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
-}
+using os::ErrnoText;
 
 void SetStatus(const absl::Status& status, wire::StoreResponse* response) {
   response->set_code(static_cast<int>(status.code()));
@@ -78,14 +69,14 @@ class ChangeNotifier {
       : event_fd_(event_fd), on_change_(std::move(on_change)) {}
 
   void Changed() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stopped_) return;
     Wake();
     if (on_change_) on_change_();
   }
   // After Stop() returns, Changed() does nothing.
   void Stop() {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopped_ = true;
   }
   void Wake() {
@@ -95,10 +86,10 @@ class ChangeNotifier {
   }
 
  private:
-  const int event_fd_;  // closed by the server after Stop()
+  const int event_fd_;  // borrowed: the server closes it after Stop()
   const std::function<void()> on_change_;
-  std::mutex mu_;
-  bool stopped_ = false;  // guarded by mu_
+  Mutex mu_;
+  bool stopped_ KOLO_GUARDED_BY(mu_) = false;
 };
 
 class TcpStoreServerImpl final : public TcpStoreServer {
@@ -139,7 +130,7 @@ class TcpStoreServerImpl final : public TcpStoreServer {
 
   TcpStoreServerImpl(net::Listener listener, ServerOptions options,
                      std::unique_ptr<net::HandshakeQueue> handshakes,
-                     int epoll_fd, int event_fd);
+                     os::UniqueFd epoll_fd, os::UniqueFd event_fd);
   absl::Status Register(int fd, uint64_t id, uint32_t events);
 
   void Loop();
@@ -171,8 +162,8 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   net::Listener listener_;
   const int port_;
   const ServerOptions options_;
-  const int epoll_fd_;
-  const int event_fd_;
+  const os::UniqueFd epoll_fd_;
+  const os::UniqueFd event_fd_;
   const std::shared_ptr<ChangeNotifier> notifier_;
   const std::shared_ptr<InMemoryStore> state_;
   const std::unique_ptr<net::HandshakeQueue> handshakes_;
@@ -182,8 +173,8 @@ class TcpStoreServerImpl final : public TcpStoreServer {
   std::atomic<int64_t> stat_pending_{0};
   std::atomic<int64_t> stat_parked_{0};
 
-  std::mutex stop_mu_;    // Serializes Stop().
-  bool stopped_ = false;  // guarded by stop_mu_
+  Mutex stop_mu_;  // Serializes Stop().
+  bool stopped_ KOLO_GUARDED_BY(stop_mu_) = false;
 
   // Owned by the server's thread.
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
@@ -202,25 +193,24 @@ absl::StatusOr<std::unique_ptr<TcpStoreServerImpl>> TcpStoreServerImpl::Create(
   absl::StatusOr<std::unique_ptr<net::HandshakeQueue>> handshakes =
       net::HandshakeQueue::Create(secret, kMaxStoreFrameBytes, limits);
   if (!handshakes.ok()) return handshakes.status();
-  const int epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd < 0) {
+  os::UniqueFd epoll_fd(::epoll_create1(EPOLL_CLOEXEC));
+  if (!epoll_fd.valid()) {
     return absl::ResourceExhaustedError(
         absl::StrCat("epoll_create1: ", ErrnoText(errno)));
   }
-  const int event_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (event_fd < 0) {
-    const int err = errno;
-    ::close(epoll_fd);
+  os::UniqueFd event_fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!event_fd.valid()) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("eventfd: ", ErrnoText(err)));
+        absl::StrCat("eventfd: ", ErrnoText(errno)));
   }
-  // From here on the server owns both descriptors.
-  std::unique_ptr<TcpStoreServerImpl> server(
-      new TcpStoreServerImpl(std::move(listener), std::move(options),
-                             std::move(*handshakes), epoll_fd, event_fd));
+  std::unique_ptr<TcpStoreServerImpl> server(new TcpStoreServerImpl(
+      std::move(listener), std::move(options), std::move(*handshakes),
+      std::move(epoll_fd), std::move(event_fd)));
   absl::Status st =
       server->Register(server->listener_.fd(), kListenerId, EPOLLIN);
-  if (st.ok()) st = server->Register(event_fd, kWakeId, EPOLLIN);
+  if (st.ok()) {
+    st = server->Register(server->event_fd_.get(), kWakeId, EPOLLIN);
+  }
   if (st.ok()) {
     st = server->Register(server->handshakes_->fd(), kHandshakesId, EPOLLIN);
   }
@@ -237,29 +227,29 @@ absl::StatusOr<std::unique_ptr<TcpStoreServerImpl>> TcpStoreServerImpl::Create(
 
 TcpStoreServerImpl::TcpStoreServerImpl(
     net::Listener listener, ServerOptions options,
-    std::unique_ptr<net::HandshakeQueue> handshakes, int epoll_fd, int event_fd)
+    std::unique_ptr<net::HandshakeQueue> handshakes, os::UniqueFd epoll_fd,
+    os::UniqueFd event_fd)
     : listener_(std::move(listener)),
       port_(listener_.port()),
       options_(std::move(options)),
-      epoll_fd_(epoll_fd),
-      event_fd_(event_fd),
-      notifier_(std::make_shared<ChangeNotifier>(event_fd, options_.on_change)),
+      epoll_fd_(std::move(epoll_fd)),
+      event_fd_(std::move(event_fd)),
+      notifier_(std::make_shared<ChangeNotifier>(event_fd_.get(),
+                                                 options_.on_change)),
       state_(std::make_shared<InMemoryStore>(
           [notifier = notifier_] { notifier->Changed(); })),
       handshakes_(std::move(handshakes)) {}
 
-TcpStoreServerImpl::~TcpStoreServerImpl() {
-  Stop();
-  ::close(event_fd_);
-  ::close(epoll_fd_);
-}
+// The descriptors close after Stop(): the thread that waits on them has
+// ended, and the notifier (which local()'s store may keep) writes no more.
+TcpStoreServerImpl::~TcpStoreServerImpl() { Stop(); }
 
 absl::Status TcpStoreServerImpl::Register(int fd, uint64_t id,
                                           uint32_t events) {
   struct epoll_event event = {};
   event.events = events;
   event.data.u64 = id;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat("epoll_ctl: ", ErrnoText(errno)));
   }
@@ -267,7 +257,7 @@ absl::Status TcpStoreServerImpl::Register(int fd, uint64_t id,
 }
 
 void TcpStoreServerImpl::Stop() {
-  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  MutexLock stop_lock(&stop_mu_);
   if (stopped_) return;
   stopped_ = true;
   notifier_->Stop();  // No on_change from here on.
@@ -297,7 +287,8 @@ bool TcpStoreServerImpl::Turn() {
   absl::Time next = handshakes_->NextDeadline();
   if (!parked_.empty()) next = std::min(next, parked_.begin()->first);
   if (accept_resume_ > now) next = std::min(next, accept_resume_);
-  const int n = ::epoll_wait(epoll_fd_, events, 256, EpollTimeoutMs(next, now));
+  const int n =
+      ::epoll_wait(epoll_fd_.get(), events, 256, os::PollTimeoutMs(next, now));
   if (n < 0 && errno != EINTR) {
     // Only a bug (EBADF, EINVAL) gets here: serve no more, but let Stop()
     // find a thread that ended cleanly.
@@ -312,7 +303,7 @@ bool TcpStoreServerImpl::Turn() {
     const uint64_t id = events[i].data.u64;
     if (id == kWakeId) {
       uint64_t count;
-      (void)!::read(event_fd_, &count, sizeof(count));
+      (void)!::read(event_fd_.get(), &count, sizeof(count));
       // A change through local(), or Stop(); parked requests are checked
       // below either way.
       changed_ = true;
@@ -356,7 +347,8 @@ void TcpStoreServerImpl::SetAccepting(bool accepting) {
   struct epoll_event event = {};
   event.events = accepting ? EPOLLIN : 0;
   event.data.u64 = kListenerId;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listener_.fd(), &event) == 0) {
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, listener_.fd(), &event) ==
+      0) {
     accepting_ = accepting;
   }
 }
@@ -604,7 +596,8 @@ void TcpStoreServerImpl::UpdateInterest(Connection& c) {
   struct epoll_event event = {};
   event.events = want;
   event.data.u64 = c.id;
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.channel->fd(), &event) == 0) {
+  if (::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_MOD, c.channel->fd(), &event) ==
+      0) {
     c.registered = want;
   }
 }
@@ -614,7 +607,7 @@ void TcpStoreServerImpl::Close(uint64_t id) {
   if (it == connections_.end()) return;
   Connection& c = *it->second;
   Unpark(c);
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.channel->fd(), nullptr);
+  ::epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, c.channel->fd(), nullptr);
   connections_.erase(it);  // The channel closes its socket.
 }
 

@@ -1,13 +1,11 @@
 #include "runtime/sync/wakeup.h"
 
-#include <linux/futex.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <climits>
+
+#include "runtime/os/futex.h"
 
 namespace kolo {
 namespace {
@@ -16,22 +14,8 @@ namespace {
 // often.
 constexpr absl::Duration kMaxSleep = absl::Milliseconds(500);
 
-void FutexWait(std::atomic<uint32_t>* word, uint32_t expected,
-               absl::Duration timeout, bool shared) {
-  const int64_t ns = std::max<int64_t>(0, absl::ToInt64Nanoseconds(timeout));
-  struct timespec ts;
-  ts.tv_sec = ns / 1000000000;
-  ts.tv_nsec = ns % 1000000000;
-  // EAGAIN (changed), EINTR and ETIMEDOUT all send the caller back to
-  // re-check the word.
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word),
-          shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
-}
-
-void FutexWakeAll(std::atomic<uint32_t>* word, bool shared) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word),
-          shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr,
-          0);
+os::FutexScope ScopeOf(bool shared) {
+  return shared ? os::FutexScope::kShared : os::FutexScope::kPrivate;
 }
 
 }  // namespace
@@ -49,11 +33,7 @@ void SpinPause(uint32_t iteration) {
   // machine with fewer cores than spinning and working threads, the thread
   // we wait for may be waiting for our core.
   if ((iteration & 7) != 7) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
+    os::CpuPause();
   } else {
     sched_yield();
   }
@@ -70,7 +50,7 @@ void Wakeup::Notify() {
   // Pairs with the waiter's increment-then-check (both seq_cst): either we
   // see the sleeper, or it sees the new epoch and does not sleep.
   if (word_->sleepers.load(std::memory_order_seq_cst) != 0) {
-    FutexWakeAll(&word_->epoch, shared_);
+    os::FutexWakeAll(&word_->epoch, ScopeOf(shared_));
   }
 }
 
@@ -85,8 +65,8 @@ bool Wakeup::Wait(uint32_t seen, absl::Time deadline, absl::Duration spin) {
     word_->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (word_->epoch.load(std::memory_order_seq_cst) == seen) {
       sleeps_.fetch_add(1, std::memory_order_relaxed);
-      FutexWait(&word_->epoch, seen, std::min(deadline - now, kMaxSleep),
-                shared_);
+      os::FutexWait(&word_->epoch, seen, std::min(deadline - now, kMaxSleep),
+                    ScopeOf(shared_));
     }
     word_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     if (changed()) return true;

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kolo/store.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace {
@@ -24,10 +25,10 @@ constexpr char kSecret[] = "control-plane-test-secret-0123456789";
 struct Plane {
   std::unique_ptr<ControlPlane> plane;
   std::atomic<int> notified{0};
-  std::mutex mu;
-  absl::Status fatal;  // guarded by mu
+  Mutex mu;
+  absl::Status fatal KOLO_GUARDED_BY(mu);
   absl::Status Fatal() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     return fatal;
   }
 };
@@ -45,7 +46,7 @@ std::vector<std::unique_ptr<Plane>> Start(int size, bool shm) {
       ControlCallbacks callbacks;
       callbacks.notify = [&p] { p.notified.fetch_add(1); };
       callbacks.on_fatal = [&p](const absl::Status& s) {
-        std::lock_guard<std::mutex> lock(p.mu);
+        MutexLock lock(&p.mu);
         if (p.fatal.ok()) p.fatal = s;
       };
       Liveness liveness;

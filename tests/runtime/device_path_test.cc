@@ -6,10 +6,7 @@
 // with a real gloo backend. N ranks as threads; CPU tensors go through
 // gloo at the same time.
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
-#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -17,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/backend.h"
+#include "tests/testing/fake_device_backend.h"
 #include "tests/testing/local_job.h"
 
 namespace kolo {
@@ -27,157 +25,17 @@ using testing::OnEachRank;
 using testing::ShutdownJob;
 using testing::StartJob;
 
-struct DeviceStats {
-  std::atomic<int> created{0};
-  std::atomic<int> live_allocations{0};
-  std::atomic<int> copies{0};
-  std::atomic<int> finishes{0};
-  std::atomic<int> completed_elsewhere{0};  // done() on the completion thread
-  std::atomic<int> fail_finishes{0};        // > 0: the next Finish fails
-};
-DeviceStats& Stats() {
-  static DeviceStats* stats = new DeviceStats;
-  return *stats;
-}
+using testing::FakeDeviceBackend;
 
-// Device memory is host memory here, but only the backend touches it.
-class FakeDeviceBackend : public Backend {
- public:
-  FakeDeviceBackend(std::unique_ptr<Backend> wire, absl::Duration op_timeout)
-      : wire_(std::move(wire)), op_timeout_(op_timeout),
-        thread_([this] { CompletionLoop(); }) {
-    ++Stats().created;
-  }
-  ~FakeDeviceBackend() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  const char* name() const override { return "fakedev"; }
-  bool host_memory() const override { return false; }
-
-  absl::StatusOr<void*> Allocate(size_t bytes) override {
-    ++Stats().live_allocations;
-    return Backend::Allocate(bytes);
-  }
-  void Free(void* data) override {
-    --Stats().live_allocations;
-    Backend::Free(data);
-  }
-  void Copy(void* dst, const void* src, size_t bytes) override {
-    ++Stats().copies;
-    Backend::Copy(dst, src, bytes);
-  }
-  absl::Status WaitReady(
-      const std::vector<std::shared_ptr<ReadyEvent>>& ready) override {
-    const absl::Time deadline = absl::Now() + op_timeout_;
-    for (const auto& event : ready) {
-      while (event && !event->Ready()) {
-        if (absl::Now() > deadline) {
-          return absl::DeadlineExceededError("ready event never fired");
-        }
-        std::this_thread::yield();
-      }
-    }
-    return absl::OkStatus();
-  }
-  absl::Status Allreduce(void* data, size_t count, DataType dtype,
-                         ReduceOp op) override {
-    return wire_->Allreduce(data, count, dtype, op);
-  }
-  absl::Status Broadcast(void* data, size_t bytes, int root) override {
-    return wire_->Broadcast(data, bytes, root);
-  }
-  absl::Status Allgatherv(const void* input, void* output,
-                          const std::vector<size_t>& bytes) override {
-    return wire_->Allgatherv(input, output, bytes);
-  }
-  absl::Status Alltoallv(const void* input, const std::vector<size_t>& send,
-                         void* output,
-                         const std::vector<size_t>& recv) override {
-    return wire_->Alltoallv(input, send, output, recv);
-  }
-  absl::Status Reducescatterv(const void* input, void* output,
-                              const std::vector<size_t>& counts,
-                              DataType dtype, ReduceOp op, double prescale,
-                              double postscale) override {
-    const size_t elem = DataTypeSize(dtype);
-    const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-    std::vector<uint8_t> all(total * elem);
-    if (total) std::memcpy(all.data(), input, total * elem);
-    absl::Status s =
-        AllreduceScaled(all.data(), total, dtype, op, prescale, postscale);
-    if (!s.ok()) return s;
-    size_t offset = 0;
-    int rank = 0;
-    for (; rank < static_cast<int>(counts.size()) && rank != my_rank_; ++rank) {
-      offset += counts[rank];
-    }
-    if (counts[my_rank_]) {
-      std::memcpy(output, all.data() + offset * elem, counts[my_rank_] * elem);
-    }
-    return absl::OkStatus();
-  }
-  void Combine(void* out, const void* in, size_t count, DataType dtype,
-               ReduceOp op) override {
-    wire_->Combine(out, in, count, dtype, op);
-  }
-  void Scale(void* data, size_t count, DataType dtype, double factor) override {
-    wire_->Scale(data, count, dtype, factor);
-  }
-  void Finish(std::function<void(absl::Status)> done) override {
-    ++Stats().finishes;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(std::move(done));
-    }
-    cv_.notify_all();
-  }
-  void Close() override { wire_->Close(); }
-
-  int my_rank_ = 0;
-
- private:
-  void CompletionLoop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      auto done = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      ++Stats().completed_elsewhere;
-      if (Stats().fail_finishes.load() > 0) {
-        --Stats().fail_finishes;
-        done(absl::InternalError("fake device error: the stream faulted"));
-      } else {
-        done(absl::OkStatus());
-      }
-      lock.lock();
-    }
-  }
-
-  std::unique_ptr<Backend> wire_;
-  const absl::Duration op_timeout_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void(absl::Status)>> queue_;  // guarded by mu_
-  bool stop_ = false;                                    // guarded by mu_
-  std::thread thread_;
-};
+testing::DeviceStats& Stats() { return testing::FakeDeviceStats(); }
 
 const BackendRegistrar kFakeDevice(
     DeviceType::kCuda, "fakedev",
     [](const BackendContext& c) -> absl::StatusOr<std::unique_ptr<Backend>> {
       auto wire = BackendRegistry::Get().Create(DeviceType::kCpu, "gloo", c);
       if (!wire.ok()) return wire.status();
-      auto backend =
-          std::make_unique<FakeDeviceBackend>(std::move(*wire), c.op_timeout);
-      backend->my_rank_ = c.rank;
-      return std::unique_ptr<Backend>(std::move(backend));
+      return std::unique_ptr<Backend>(std::make_unique<FakeDeviceBackend>(
+          std::move(*wire), c.rank, c.op_timeout));
     });
 
 // A ready event the test fires by hand.

@@ -21,6 +21,19 @@ wire::Response Allreduce(const std::string& name, int64_t elements,
   return r;
 }
 
+// What the coordinator does with a list of ready responses: PlanBuckets,
+// then FuseBucket for each bucket.
+std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
+                                       int64_t threshold_bytes, int world_size) {
+  std::vector<const wire::Response*> ptrs;
+  for (const wire::Response& r : ready) ptrs.push_back(&r);
+  std::vector<wire::Response> buckets;
+  for (const auto& members : PlanBuckets(ptrs, threshold_bytes, world_size)) {
+    buckets.push_back(FuseBucket(ptrs, members));
+  }
+  return buckets;
+}
+
 std::vector<std::vector<std::string>> Names(const std::vector<wire::Response>& plan) {
   std::vector<std::vector<std::string>> out;
   for (const auto& r : plan) out.emplace_back(r.names().begin(), r.names().end());

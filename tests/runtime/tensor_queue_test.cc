@@ -10,6 +10,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "runtime/work_state.h"
 
 namespace kolo {
 namespace {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace bench {
@@ -65,14 +66,14 @@ std::vector<std::string> Impls(const Flags& flags) {
 }  // namespace
 
 int RunProgram(const std::vector<std::string>& argv, std::string* output) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return -1;
+  absl::StatusOr<os::Pipe> pipe = os::MakePipe(O_CLOEXEC);
+  if (!pipe.ok()) return -1;
   const pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
-    dup2(fds[1], 1);
-    dup2(fds[1], 2);
-    const int null = open("/dev/null", O_RDONLY);
+    dup2(pipe->write_end.get(), 1);
+    dup2(pipe->write_end.get(), 2);
+    const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null >= 0) dup2(null, 0);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
@@ -81,11 +82,13 @@ int RunProgram(const std::vector<std::string>& argv, std::string* output) {
     std::fprintf(stderr, "cannot run %s\n", args[0]);
     _exit(127);
   }
-  close(fds[1]);
+  pipe->write_end.reset();  // EOF once the program (and its children) end.
   char buf[4096];
   ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) output->append(buf, n);
-  close(fds[0]);
+  while ((n = read(pipe->read_end.get(), buf, sizeof(buf))) > 0) {
+    output->append(buf, n);
+  }
+  pipe->read_end.reset();
   int status = 0;
   waitpid(pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "runtime/os/errno_text.h"
 
 namespace kolo {
 namespace kolorun {
@@ -395,7 +396,7 @@ absl::Status LoadFiles(LaunchOptions* options) {
     if (path->empty()) continue;
     if (access(path->c_str(), R_OK) != 0) {
       return Invalid(
-          absl::StrCat(flag, " ", *path, ": ", std::strerror(errno)));
+          absl::StrCat(flag, " ", *path, ": ", os::ErrnoText(errno)));
     }
     struct stat st;
     if (stat(path->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {

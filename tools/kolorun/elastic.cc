@@ -16,6 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/poll_timeout.h"
+#include "runtime/os/unique_fd.h"
 #include "tools/kolorun/args.h"
 
 namespace kolo {
@@ -61,56 +64,60 @@ absl::StatusOr<std::vector<HostSlots>> ParseDiscoveryOutput(
 
 absl::StatusOr<std::string> RunDiscoveryScript(const std::string& script,
                                                absl::Duration timeout) {
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) {
+  absl::StatusOr<os::Pipe> out = os::MakePipe(O_CLOEXEC);
+  if (!out.ok()) {
     return absl::UnavailableError(
-        absl::StrCat("pipe for ", script, ": ", std::strerror(errno)));
+        absl::StrCat("pipe for ", script, ": ", out.status().message()));
   }
+  // Built before fork: the child (kolorun has threads) may only make
+  // async-signal-safe calls, so it allocates nothing.
+  const std::string exec_failed =
+      absl::StrCat("kolorun: cannot run the discovery script ", script, ": ");
   const pid_t pid = fork();
   if (pid < 0) {
-    close(out[0]);
-    close(out[1]);
     return absl::UnavailableError(
-        absl::StrCat("cannot run ", script, ": fork: ", std::strerror(errno)));
+        absl::StrCat("cannot run ", script, ": fork: ", os::ErrnoText(errno)));
   }
   if (pid == 0) {
-    const int null = open("/dev/null", O_RDONLY);
+    // Close-on-exec: exec leaves the script only its copies on 0 and 1.
+    const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null >= 0) dup2(null, 0);
-    dup2(out[1], 1);
+    dup2(out->write_end.get(), 1);
     // Its own process group, so that a timeout kills what it started too.
     setpgid(0, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     execl(script.c_str(), script.c_str(), static_cast<char*>(nullptr));
-    const std::string message = absl::StrCat(
-        "kolorun: cannot run the discovery script ", script, ": ",
-        std::strerror(errno), "\n");
-    (void)!write(2, message.data(), message.size());
+    // strerrordesc_np reads a static table (unlike strerror, no locale).
+    const char* why = strerrordesc_np(errno);
+    if (why == nullptr) why = "unknown error";
+    (void)!write(2, exec_failed.data(), exec_failed.size());
+    (void)!write(2, why, strlen(why));
+    (void)!write(2, "\n", 1);
     _exit(127);
   }
-  close(out[1]);
+  out->write_end.reset();
   std::string output;
   const absl::Time deadline = absl::Now() + timeout;
   bool timed_out = false;
   for (;;) {
-    const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (ms <= 0) {
+    if (absl::Now() >= deadline) {
       timed_out = true;
       break;
     }
-    struct pollfd fd = {out[0], POLLIN, 0};
-    const int ready = poll(&fd, 1, static_cast<int>(std::min<int64_t>(ms, 1000)));
+    struct pollfd fd = {out->read_end.get(), POLLIN, 0};
+    const int ready = poll(&fd, 1, os::PollTimeoutMs(deadline));
     if (ready < 0 && errno == EINTR) continue;
     if (ready <= 0) continue;
     char buffer[4096];
-    const ssize_t n = read(out[0], buffer, sizeof(buffer));
+    const ssize_t n = read(out->read_end.get(), buffer, sizeof(buffer));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     output.append(buffer, n);
     if (output.size() > (1u << 20)) break;
   }
-  close(out[0]);
+  out->read_end.reset();
   if (timed_out) killpg(pid, SIGKILL);
   int status = 0;
   // The script closed its output (or was killed): it ends now.

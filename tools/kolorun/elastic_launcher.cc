@@ -197,10 +197,7 @@ void Launcher::KillLostWorkers() {
                      "; killing it, the job goes on without it (elastic)"));
     other.killed = true;
     if (other.placement.remote) {
-      if (other.stdin_fd >= 0) {
-        close(other.stdin_fd);
-        other.stdin_fd = -1;
-      }
+      other.stdin_fd.reset();
     } else {
       SignalWorker(other.pid, other.running, SIGKILL);
     }

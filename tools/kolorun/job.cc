@@ -20,6 +20,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/config.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/unique_fd.h"
 #include "tools/kolorun/remote.h"
 
 namespace kolo {
@@ -213,7 +215,7 @@ absl::StatusOr<JobPlan> PlanJob(const LaunchOptions& options) {
     if (access(plan.guard_path.c_str(), X_OK) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "remote ranks need kolo_rank_guard next to kolorun, at ",
-          plan.guard_path, " on every host: ", std::strerror(errno)));
+          plan.guard_path, " on every host: ", os::ErrnoText(errno)));
     }
   }
   return plan;
@@ -251,18 +253,19 @@ std::string TorchMasterAddress(const JobPlan& plan) {
 }
 
 int FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return 0;
+  const os::UniqueFd fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return 0;
   struct sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);  // as torch's TCPStore binds
   socklen_t len = sizeof(addr);
   int port = 0;
-  if (bind(fd, reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<struct sockaddr*>(&addr), &len) == 0) {
+  if (bind(fd.get(), reinterpret_cast<struct sockaddr*>(&addr), sizeof(addr)) ==
+          0 &&
+      getsockname(fd.get(), reinterpret_cast<struct sockaddr*>(&addr), &len) ==
+          0) {
     port = ntohs(addr.sin_port);
   }
-  close(fd);
   return port;
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/os/errno_text.h"
 
 namespace kolo {
 namespace kolorun {
@@ -74,43 +75,41 @@ bool WriteAll(int fd, const void* data, size_t size) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) {
+  absl::StatusOr<os::Pipe> pipe = os::MakePipe(O_CLOEXEC);
+  if (!pipe.ok()) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot create the job guard's pipe: ", std::strerror(errno)));
+        "cannot create the job guard's pipe: ", pipe.status().message()));
   }
   const pid_t pid = fork();
   if (pid < 0) {
-    const int error = errno;
-    close(fds[0]);
-    close(fds[1]);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("cannot start the job guard: fork: ", std::strerror(error)));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot start the job guard: fork: ", os::ErrnoText(errno)));
   }
   if (pid == 0) {
-    close(fds[1]);
-    GuardMain(fds[0]);
+    // Async-signal-safe, as the child needs: reset() is one system call.
+    pipe->write_end.reset();
+    GuardMain(pipe->read_end.get());
   }
-  close(fds[0]);
+  pipe->read_end.reset();
   // Also here, whichever of the two runs first.
   setpgid(pid, pid);
-  return std::unique_ptr<JobGuard>(new JobGuard(pid, fds[1]));
+  return std::unique_ptr<JobGuard>(
+      new JobGuard(pid, std::move(pipe->write_end)));
 }
 
 JobGuard::~JobGuard() { Release(); }
 
 void JobGuard::Watch(pid_t process_group) {
-  if (fd_ < 0 || process_group <= 0) return;
+  if (!fd_.valid() || process_group <= 0) return;
   const int32_t value = static_cast<int32_t>(process_group);
-  WriteAll(fd_, &value, sizeof(value));
+  WriteAll(fd_.get(), &value, sizeof(value));
 }
 
 void JobGuard::Release() {
-  if (fd_ < 0) return;
+  if (!fd_.valid()) return;
   const int32_t value = kReleased;
-  WriteAll(fd_, &value, sizeof(value));
-  close(fd_);
-  fd_ = -1;
+  WriteAll(fd_.get(), &value, sizeof(value));
+  fd_.reset();
   int status;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }

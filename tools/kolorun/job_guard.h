@@ -24,8 +24,10 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace kolorun {
@@ -46,9 +48,9 @@ class JobGuard {
   pid_t pid() const { return pid_; }
 
  private:
-  JobGuard(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
+  JobGuard(pid_t pid, os::UniqueFd fd) : pid_(pid), fd_(std::move(fd)) {}
   const pid_t pid_;
-  int fd_;  // the write end of the guard's pipe; -1 once released
+  os::UniqueFd fd_;  // the write end of the guard's pipe; closed at Release()
 };
 
 }  // namespace kolorun

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -19,10 +18,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/net/secure_channel.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/poll_timeout.h"
 #include "runtime/rendezvous/tcp_store.h"
+#include "tools/kolorun/job_guard.h"
 #include "tools/kolorun/process.h"
 #include "tools/kolorun/remote.h"
-#include "tools/kolorun/job_guard.h"
 #include "tools/kolorun/secret_fd.h"
 
 extern char** environ;
@@ -46,27 +47,14 @@ constexpr absl::Duration kReportGrace = absl::Seconds(1);
 // fails.
 constexpr size_t kHiddenTailLines = 20;
 
-int PollTimeoutMs(absl::Time deadline) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  const absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(std::min<int64_t>(
-      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
-      INT_MAX));
-}
+using os::ErrnoText;
 
 }  // namespace
 
 Launcher::Launcher(LaunchOptions options, JobPlan plan)
     : options_(std::move(options)), plan_(std::move(plan)) {}
 
-Launcher::~Launcher() {
-  if (dev_null_ >= 0) close(dev_null_);
-  for (Worker& worker : workers_) {
-    if (worker.stdin_fd >= 0) close(worker.stdin_fd);
-    if (worker.log_fd >= 0) close(worker.log_fd);
-  }
-}
+Launcher::~Launcher() = default;
 
 void Launcher::Log(const std::string& message) const {
   WriteFully(STDERR_FILENO, absl::StrCat(message, "\n"));
@@ -102,16 +90,18 @@ int Launcher::Run() {
   if (!options_.output_dir.empty() &&
       mkdir(options_.output_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     Log(absl::StrCat("kolorun: cannot create --output-filename directory ",
-                     options_.output_dir, ": ", std::strerror(errno)));
+                     options_.output_dir, ": ", ErrnoText(errno)));
     return 1;
   }
-  if (pipe2(store_changed_, O_CLOEXEC | O_NONBLOCK) != 0) {
-    Log(absl::StrCat("kolorun: pipe: ", std::strerror(errno)));
+  absl::StatusOr<os::Pipe> store_changed = os::MakePipe(O_CLOEXEC | O_NONBLOCK);
+  if (!store_changed.ok()) {
+    Log(absl::StrCat("kolorun: ", store_changed.status().message()));
     return 1;
   }
+  store_changed_ = *std::move(store_changed);
   rendezvous::ServerOptions server_options;
   // The store's thread only rings; the poll loop reads the store.
-  const int changed_fd = store_changed_[1];
+  const int changed_fd = store_changed_.write_end.get();
   server_options.on_change = [changed_fd] {
     const char byte = 1;
     (void)!write(changed_fd, &byte, 1);  // Full: a ring is pending anyway.
@@ -150,7 +140,7 @@ int Launcher::Run() {
   store_port_ = port;
   secret_ = secret;
   secret_fd_ = (*secret_fd)->fd();
-  dev_null_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  dev_null_.reset(open("/dev/null", O_RDONLY | O_CLOEXEC));
   for (char** entry = environ; entry && *entry; ++entry)
     inherited_.push_back(*entry);
   torch_addr_ = TorchMasterAddress(plan_);
@@ -195,28 +185,24 @@ RankEndpoint Launcher::EndpointFor(const RankPlacement& placement) const {
 
 namespace {
 
-// A pipe for a remote rank's standard input, holding `request` already.
-// Returns the read end (for ssh) in fds[0] and the write end in fds[1].
-absl::Status RequestPipe(const std::string& request, int fds[2]) {
-  if (pipe2(fds, O_CLOEXEC) != 0) {
-    fds[0] = fds[1] = -1;
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
+// A pipe for a remote rank's standard input, holding `request` already:
+// the read end for ssh, the write end for kolorun to close at teardown.
+absl::StatusOr<os::Pipe> RequestPipe(const std::string& request) {
+  absl::StatusOr<os::Pipe> pipe = os::MakePipe(O_CLOEXEC);
+  if (!pipe.ok()) return pipe.status();
+  const int fd = pipe->write_end.get();
   // The whole request must fit, so that writing it never waits for ssh.
-  fcntl(fds[1], F_SETPIPE_SZ, 1 << 20);
-  const int capacity = fcntl(fds[1], F_GETPIPE_SZ);
-  fcntl(fds[1], F_SETFL, O_NONBLOCK);
+  fcntl(fd, F_SETPIPE_SZ, 1 << 20);
+  const int capacity = fcntl(fd, F_GETPIPE_SZ);
+  fcntl(fd, F_SETFL, O_NONBLOCK);
   if (capacity < static_cast<int>(request.size()) ||
-      write(fds[1], request.data(), request.size()) !=
+      write(fd, request.data(), request.size()) !=
           static_cast<ssize_t>(request.size())) {
-    close(fds[0]);
-    close(fds[1]);
-    fds[0] = fds[1] = -1;
     return absl::ResourceExhaustedError(
         absl::StrCat("the environment for the remote rank is too large (",
                      request.size(), " bytes)"));
   }
-  return absl::OkStatus();
+  return pipe;
 }
 
 }  // namespace
@@ -224,7 +210,7 @@ absl::Status RequestPipe(const std::string& request, int fds[2]) {
 bool Launcher::Spawn(const RankEndpoint& endpoint) {
   const std::string& secret = secret_;
   const std::vector<std::string>& inherited = inherited_;
-  const int dev_null = dev_null_;
+  const int dev_null = dev_null_.get();
   const RankPlacement& placement = endpoint.placement;
   const int rank = placement.rank;
   const std::string where =
@@ -234,40 +220,34 @@ bool Launcher::Spawn(const RankEndpoint& endpoint) {
   if (!options_.output_dir.empty()) {
     const std::string path =
         absl::StrCat(options_.output_dir, "/rank.", rank, ".log");
-    worker.log_fd =
+    worker.log_fd.reset(
         open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-             0644);
-    if (worker.log_fd < 0) {
-      Fail(absl::StrCat("kolorun: cannot open ", path, ": ",
-                        std::strerror(errno)),
+             0644));
+    if (!worker.log_fd.valid()) {
+      Fail(absl::StrCat("kolorun: cannot open ", path, ": ", ErrnoText(errno)),
            1);
       return false;
     }
   }
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-    Fail(absl::StrCat("kolorun: cannot start rank ", rank, where,
-                      ": pipe: ", std::strerror(errno)),
+  // Every descriptor here closes on every way out: what the worker
+  // inherited (the write ends, ssh's request pipe) once it is started, the
+  // rest with the Worker.
+  absl::StatusOr<os::Pipe> out_pipe = os::MakePipe(O_CLOEXEC);
+  absl::StatusOr<os::Pipe> err_pipe =
+      out_pipe.ok() ? os::MakePipe(O_CLOEXEC) : out_pipe.status();
+  if (!err_pipe.ok()) {
+    Fail(absl::StrCat("kolorun: cannot start rank ", rank, where, ": ",
+                      err_pipe.status().message()),
          1);
-    if (worker.log_fd >= 0) close(worker.log_fd);
-    return false;
-  }
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    Fail(absl::StrCat("kolorun: cannot start rank ", rank, where,
-                      ": pipe: ", std::strerror(errno)),
-         1);
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    if (worker.log_fd >= 0) close(worker.log_fd);
     return false;
   }
   WorkerLaunch launch;
   // Workers run in their own process groups, outside the terminal's
   // foreground group: reading a terminal would stop them (SIGTTIN).
-  launch.stdin_fd = dev_null >= 0 ? dev_null : out_pipe[0];
-  launch.stdout_fd = out_pipe[1];
-  launch.stderr_fd = err_pipe[1];
-  int request_pipe[2] = {-1, -1};
+  launch.stdin_fd = dev_null >= 0 ? dev_null : out_pipe->read_end.get();
+  launch.stdout_fd = out_pipe->write_end.get();
+  launch.stderr_fd = err_pipe->write_end.get();
+  os::Pipe request_pipe;
   absl::Status prepared;
   if (placement.remote) {
     GuardRequest request;
@@ -278,9 +258,15 @@ bool Launcher::Spawn(const RankEndpoint& endpoint) {
     request.status_token = status_token_;
     request.grace_period = options_.grace_period;
     request.bind_to_core = options_.bind_to_core;
-    prepared = RequestPipe(EncodeGuardRequest(request), request_pipe);
+    absl::StatusOr<os::Pipe> request_fds =
+        RequestPipe(EncodeGuardRequest(request));
+    if (request_fds.ok()) {
+      request_pipe = *std::move(request_fds);
+    } else {
+      prepared = request_fds.status();
+    }
     launch.argv = SshCommand(options_, placement.host, rank, plan_.guard_path);
-    launch.stdin_fd = request_pipe[0];
+    launch.stdin_fd = request_pipe.read_end.get();
     // ssh itself runs with kolorun's environment (its agent, HOME, PATH).
     for (const std::string& entry : inherited) {
       if (entry.rfind("KOLO_SECRET", 0) != 0) launch.env.push_back(entry);
@@ -310,10 +296,11 @@ bool Launcher::Spawn(const RankEndpoint& endpoint) {
   } else {
     spawned.status = prepared;
   }
-  close(out_pipe[1]);
-  close(err_pipe[1]);
-  if (request_pipe[0] >= 0) close(request_pipe[0]);
-  worker.stdin_fd = request_pipe[1];
+  // The worker has its copies (or never will).
+  out_pipe->write_end.reset();
+  err_pipe->write_end.reset();
+  request_pipe.read_end.reset();
+  worker.stdin_fd = std::move(request_pipe.write_end);
 
   worker.pid = spawned.pid;
   worker.running = spawned.pid > 0;
@@ -324,9 +311,9 @@ bool Launcher::Spawn(const RankEndpoint& endpoint) {
   forward.timestamps = options_.prefix_timestamp;
   forward.tag = options_.tag_output;
   forward.visible = options_.ShowsRank(rank);
-  forward.log_fd = worker.log_fd;
-  worker.out = std::make_unique<LineForwarder>(rank, out_pipe[0], STDOUT_FILENO,
-                                               forward);
+  forward.log_fd = worker.log_fd.get();  // Borrowed: the Worker owns it.
+  worker.out = std::make_unique<LineForwarder>(
+      rank, std::move(out_pipe->read_end), STDOUT_FILENO, forward);
   if (placement.remote) {
     const size_t index = workers_.size();
     forward.status_marker = GuardStatusMarker(status_token_);
@@ -338,8 +325,8 @@ bool Launcher::Spawn(const RankEndpoint& endpoint) {
   }
   // A hidden rank's last words on stderr are shown if it fails.
   forward.hidden_tail = kHiddenTailLines;
-  worker.err = std::make_unique<LineForwarder>(rank, err_pipe[0], STDERR_FILENO,
-                                               forward);
+  worker.err = std::make_unique<LineForwarder>(
+      rank, std::move(err_pipe->read_end), STDERR_FILENO, forward);
   if (worker.running) worker_by_pid_[worker.pid] = workers_.size();
   workers_.push_back(std::move(worker));
 
@@ -375,7 +362,7 @@ void Launcher::EventLoop() {
     fds.clear();
     forwarders.clear();
     fds.push_back({signals_->read_fd(), POLLIN, 0});
-    fds.push_back({store_changed_[0], POLLIN, 0});
+    fds.push_back({store_changed_.read_end.get(), POLLIN, 0});
     for (Worker& worker : workers_) {
       for (LineForwarder* stream : {worker.out.get(), worker.err.get()}) {
         if (stream->fd() < 0) continue;
@@ -389,9 +376,9 @@ void Launcher::EventLoop() {
     for (LineForwarder* stream : forwarders) {
       deadline = std::min(deadline, stream->Deadline());
     }
-    const int ready = poll(fds.data(), fds.size(), PollTimeoutMs(deadline));
+    const int ready = poll(fds.data(), fds.size(), os::PollTimeoutMs(deadline));
     if (ready < 0 && errno != EINTR) {
-      Fail(absl::StrCat("kolorun: poll failed: ", std::strerror(errno)), 1);
+      Fail(absl::StrCat("kolorun: poll failed: ", ErrnoText(errno)), 1);
       if (phase_ == Phase::kTerminating) {
         KillRemaining(/*wait_for_guards=*/false);
       }
@@ -405,7 +392,7 @@ void Launcher::EventLoop() {
       }
       if (fds[1].revents) {
         char drain[64];
-        while (read(store_changed_[0], drain, sizeof(drain)) > 0) {
+        while (read(store_changed_.read_end.get(), drain, sizeof(drain)) > 0) {
         }
         if (options_.elastic) {
           OnElasticStoreChange();
@@ -526,10 +513,7 @@ void Launcher::ReapChildren() {
     if (it == worker_by_pid_.end()) continue;  // A re-parented orphan.
     Worker& worker = workers_[it->second];
     worker.running = false;
-    if (worker.stdin_fd >= 0) {
-      close(worker.stdin_fd);
-      worker.stdin_fd = -1;
-    }
+    worker.stdin_fd.reset();
     // Everything the worker (or ssh, with the guard's status line) wrote is
     // in its pipes now: print it before its exit status.
     for (LineForwarder* stream : {worker.out.get(), worker.err.get()}) {
@@ -712,10 +696,7 @@ void Launcher::BeginTeardown() {
     if (worker.placement.remote) {
       // The guard sees its standard input close and ends the rank: SIGTERM,
       // then SIGKILL after the same grace period (Note [Remote ranks]).
-      if (worker.stdin_fd >= 0) {
-        close(worker.stdin_fd);
-        worker.stdin_fd = -1;
-      }
+      worker.stdin_fd.reset();
       continue;
     }
     SignalWorker(worker.pid, worker.running, SIGTERM);
@@ -732,10 +713,7 @@ void Launcher::KillRemaining(bool wait_for_guards) {
   phase_ = Phase::kKilling;
   bool remote_running = false;
   for (Worker& worker : workers_) {
-    if (worker.stdin_fd >= 0) {
-      close(worker.stdin_fd);
-      worker.stdin_fd = -1;
-    }
+    worker.stdin_fd.reset();
     if (worker.placement.remote) {
       remote_running |= worker.running;
       continue;

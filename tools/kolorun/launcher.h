@@ -51,11 +51,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kolo/store.h"
+#include "runtime/os/unique_fd.h"
 #include "tools/kolorun/args.h"
 #include "tools/kolorun/elastic.h"
 #include "tools/kolorun/hosts.h"
-#include "tools/kolorun/job_guard.h"
 #include "tools/kolorun/job.h"
+#include "tools/kolorun/job_guard.h"
 #include "tools/kolorun/output.h"
 #include "tools/kolorun/process.h"
 #include "tools/kolorun/signals.h"
@@ -79,12 +80,12 @@ class Launcher {
     RankPlacement placement;
     pid_t pid = -1;  // Also the process group id. ssh for remote ranks.
     bool running = false;
-    int stdin_fd = -1;  // Remote: the guard's standard input (ssh's).
+    os::UniqueFd stdin_fd;  // Remote: the guard's standard input (ssh's).
     // Remote: how the rank ended, from the guard's status line.
     bool status_known = false;
     pid_t remote_pid = -1;
     int remote_wait_status = 0;
-    int log_fd = -1;  // --output-filename
+    os::UniqueFd log_fd;  // --output-filename
     std::unique_ptr<LineForwarder> out;
     std::unique_ptr<LineForwarder> err;
     // How it ended, if it exited 0 before it finished the rendezvous
@@ -175,9 +176,9 @@ class Launcher {
   // What Spawn() needs, set once the store listens.
   int store_port_ = 0;
   std::string secret_;
-  int secret_fd_ = -1;
+  int secret_fd_ = -1;  // borrowed from Run()'s SecretDescriptor
   std::vector<std::string> inherited_;  // kolorun's environment
-  int dev_null_ = -1;                   // the workers' standard input
+  os::UniqueFd dev_null_;               // the workers' standard input
   std::string torch_addr_;
   int torch_port_ = 0;
   // Elastic state.
@@ -197,8 +198,9 @@ class Launcher {
   const JobPlan plan_;
   std::unique_ptr<JobGuard> guard_;
   std::unique_ptr<SignalPipe> signals_;
-  // Rung by the store on every change; read by the poll loop.
-  int store_changed_[2] = {-1, -1};
+  // Rung by the store on every change (its server lives only in Run());
+  // read by the poll loop.
+  os::Pipe store_changed_;
   std::string status_token_;  // Names the guards' status lines.
   const std::vector<Cpu> allowed_cpus_ = AllowedCpus();  // Note [Binding]
   std::shared_ptr<Store> store_;

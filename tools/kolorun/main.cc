@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "runtime/os/unique_fd.h"
 #include "tools/kolorun/args.h"
 #include "tools/kolorun/elastic.h"
 #include "tools/kolorun/job.h"
@@ -23,8 +24,9 @@ namespace {
 void EnsureStandardDescriptors() {
   for (int fd = 0; fd <= 2; ++fd) {
     if (fcntl(fd, F_GETFD) < 0) {
-      const int opened = open("/dev/null", O_RDWR);
-      if (opened >= 0 && opened != fd) close(opened);
+      kolo::os::UniqueFd opened(open("/dev/null", O_RDWR));
+      // Kept for good only where it landed on `fd` itself.
+      if (opened.get() == fd) (void)opened.release();
     }
   }
 }

@@ -41,14 +41,14 @@ void WriteFully(int fd, const std::string& data) {
   }
 }
 
-LineForwarder::LineForwarder(int rank, int source_fd, int target_fd,
+LineForwarder::LineForwarder(int rank, os::UniqueFd source, int target_fd,
                              ForwardOptions options)
     : prefix_(options.tag ? absl::StrCat("[", rank, "] ") : ""),
-      source_fd_(source_fd),
+      source_(std::move(source)),
       target_fd_(target_fd),
       options_(std::move(options)) {
-  const int flags = fcntl(source_fd_, F_GETFL);
-  if (flags >= 0) fcntl(source_fd_, F_SETFL, flags | O_NONBLOCK);
+  const int flags = fcntl(source_.get(), F_GETFL);
+  if (flags >= 0) fcntl(source_.get(), F_SETFL, flags | O_NONBLOCK);
 }
 
 void LineForwarder::set_rank(int rank) {
@@ -152,11 +152,11 @@ void LineForwarder::Consume(const char* data, size_t size, absl::Time now,
 }
 
 void LineForwarder::ReadAvailable(absl::Time now) {
-  if (source_fd_ < 0) return;
+  if (!source_.valid()) return;
   char buffer[16 * 1024];
   std::string out;
   for (size_t total = 0; total < kReadBudgetBytes;) {
-    const ssize_t n = read(source_fd_, buffer, sizeof(buffer));
+    const ssize_t n = read(source_.get(), buffer, sizeof(buffer));
     if (n > 0) {
       total += static_cast<size_t>(n);
       Consume(buffer, static_cast<size_t>(n), now, &out);
@@ -209,10 +209,7 @@ void LineForwarder::Flush(absl::Time now) {
 
 void LineForwarder::Close() {
   Flush();
-  if (source_fd_ >= 0) {
-    close(source_fd_);
-    source_fd_ = -1;
-  }
+  source_.reset();
 }
 
 }  // namespace kolorun

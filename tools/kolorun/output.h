@@ -39,6 +39,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace kolorun {
@@ -69,16 +70,15 @@ struct ForwardOptions {
 
 class LineForwarder {
  public:
-  // Takes ownership of `source_fd` (made non-blocking); writes to `target_fd`
-  // (not owned).
-  LineForwarder(int rank, int source_fd, int target_fd,
+  // Reads `source` (made non-blocking); writes to `target_fd` (borrowed).
+  LineForwarder(int rank, os::UniqueFd source, int target_fd,
                 ForwardOptions options = {});
   ~LineForwarder();  // Close().
   LineForwarder(const LineForwarder&) = delete;
   LineForwarder& operator=(const LineForwarder&) = delete;
 
   // -1 once the stream has reached EOF or was closed.
-  int fd() const { return source_fd_; }
+  int fd() const { return source_.get(); }
 
   // Reads what is available now (up to a fixed budget) without blocking and
   // writes the complete lines. At EOF (or on a read error) flushes the
@@ -119,7 +119,7 @@ class LineForwarder {
   void Write(std::string* out);
 
   std::string prefix_;
-  int source_fd_;
+  os::UniqueFd source_;
   const int target_fd_;
   const ForwardOptions options_;
   // The line in progress, and how much of it has been written already.

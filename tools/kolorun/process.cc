@@ -19,6 +19,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace kolorun {
@@ -95,10 +97,13 @@ SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals) {
   }
   const cpu_set_t* bind = CPU_COUNT(&cpus) > 0 ? &cpus : nullptr;
 
-  int status_pipe[2];
-  if (pipe2(status_pipe, O_CLOEXEC) != 0) {
-    result.status = absl::InternalError(
-        absl::StrCat("cannot create a pipe: ", std::strerror(errno)));
+  // Exec errors come back on this pipe; exec itself closes the child's
+  // write end (O_CLOEXEC), which the parent's read sees as EOF.
+  absl::StatusOr<os::Pipe> status_pipe = os::MakePipe(O_CLOEXEC);
+  if (!status_pipe.ok()) {
+    result.status = absl::Status(
+        status_pipe.status().code(),
+        absl::StrCat("cannot create a pipe: ", status_pipe.status().message()));
     return result;
   }
   // No signal handler may run in the child before ResetInChild(): it would
@@ -109,15 +114,14 @@ SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals) {
   const pid_t pid = fork();
   if (pid == 0) {
     ExecChild(launch, signals, argv.data(), envp.data(), bind, parent, max_fd,
-              status_pipe[1]);
+              status_pipe->write_end.get());
   }
   const int fork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  close(status_pipe[1]);
+  status_pipe->write_end.reset();
   if (pid < 0) {
-    close(status_pipe[0]);
     result.status = absl::ResourceExhaustedError(
-        absl::StrCat("fork failed: ", std::strerror(fork_errno)));
+        absl::StrCat("fork failed: ", os::ErrnoText(fork_errno)));
     return result;
   }
   result.pid = pid;
@@ -128,13 +132,12 @@ SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals) {
   int child_errno = 0;
   ssize_t n;
   do {
-    n = read(status_pipe[0], &child_errno, sizeof(child_errno));
+    n = read(status_pipe->read_end.get(), &child_errno, sizeof(child_errno));
   } while (n < 0 && errno == EINTR);
-  close(status_pipe[0]);
   if (n == sizeof(child_errno)) {
     result.status =
         absl::NotFoundError(absl::StrCat("cannot execute \"", launch.argv[0],
-                                         "\": ", std::strerror(child_errno)));
+                                         "\": ", os::ErrnoText(child_errno)));
   }
   return result;
 }

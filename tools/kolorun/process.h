@@ -13,6 +13,8 @@
 namespace kolo {
 namespace kolorun {
 
+// The descriptors are borrowed: the caller owns them and closes its copies
+// once SpawnWorker returns.
 struct WorkerLaunch {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH (execvpe).
   std::vector<std::string> env;   // "NAME=value", the complete environment.

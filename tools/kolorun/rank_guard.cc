@@ -27,6 +27,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "runtime/os/errno_text.h"
+#include "runtime/os/poll_timeout.h"
+#include "runtime/os/unique_fd.h"
 #include "tools/kolorun/output.h"
 #include "tools/kolorun/process.h"
 #include "tools/kolorun/remote.h"
@@ -50,14 +53,8 @@ std::string HostName() {
   return name;
 }
 
-int PollTimeoutMs(absl::Time deadline) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  const absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(std::min<int64_t>(
-      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
-      INT_MAX));
-}
+using os::ErrnoText;
+using os::PollTimeoutMs;
 
 int CpuCount() {
   cpu_set_t set;
@@ -130,9 +127,8 @@ absl::Status RankGuard::ReadRequest() {
 
 absl::Status RankGuard::PrepareEnvironment() {
   if (!request_.cwd.empty() && chdir(request_.cwd.c_str()) != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot enter the directory ",
-                                            request_.cwd, ": ",
-                                            std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat(
+        "cannot enter the directory ", request_.cwd, ": ", ErrnoText(errno)));
   }
   for (const std::string& entry : request_.env) {
     const size_t eq = entry.find('=');
@@ -213,14 +209,14 @@ int RankGuard::Run() {
     return Finish(kGuardFailure << 8);
   }
 
-  const int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  os::UniqueFd dev_null(open("/dev/null", O_RDONLY | O_CLOEXEC));
   std::vector<std::string> env;
   for (char** entry = environ; entry && *entry; ++entry) env.push_back(*entry);
   WorkerLaunch launch;
   launch.argv = command_;
   launch.env = std::move(env);
   // The rank must not read the connection: its end is the guard's signal.
-  launch.stdin_fd = dev_null >= 0 ? dev_null : STDIN_FILENO;
+  launch.stdin_fd = dev_null.valid() ? dev_null.get() : STDIN_FILENO;
   launch.stdout_fd = STDOUT_FILENO;
   launch.stderr_fd = STDERR_FILENO;
   launch.inherited_fd = secret_fd_->fd();
@@ -235,7 +231,7 @@ int RankGuard::Run() {
     }
   }
   const SpawnResult spawned = SpawnWorker(launch, *signals_);
-  if (dev_null >= 0) close(dev_null);
+  dev_null.reset();  // The rank has its copy.
   pid_ = spawned.pid;
   if (!spawned.status.ok()) {
     Say(std::string(spawned.status.message()));
@@ -255,7 +251,7 @@ int RankGuard::Run() {
     const int ready =
         poll(fds, stdin_open_ ? 2 : 1, PollTimeoutMs(kill_deadline_));
     if (ready < 0 && errno != EINTR) {
-      Say(absl::StrCat("poll: ", std::strerror(errno)));
+      Say(absl::StrCat("poll: ", ErrnoText(errno)));
       BeginTeardown();
     }
     if (ready > 0 && stdin_open_ && fds[1].revents) {

@@ -9,41 +9,39 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/os/errno_text.h"
 
 namespace kolo {
 namespace kolorun {
 
 absl::StatusOr<std::unique_ptr<SecretDescriptor>> SecretDescriptor::Create(
     const std::string& secret) {
-  const int fd = memfd_create("kolo-secret", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) {
+  // Closed on every error below.
+  os::UniqueFd fd(memfd_create("kolo-secret", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid()) {
     return absl::InternalError(absl::StrCat(
         "cannot create the memory file for the job secret (memfd_create): ",
-        std::strerror(errno)));
+        os::ErrnoText(errno)));
   }
-  // Owns the descriptor from here on: every error below closes it.
-  std::unique_ptr<SecretDescriptor> handle(new SecretDescriptor(fd));
   size_t written = 0;
   while (written < secret.size()) {
     const ssize_t n =
-        write(fd, secret.data() + written, secret.size() - written);
+        write(fd.get(), secret.data() + written, secret.size() - written);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       return absl::InternalError(absl::StrCat(
-          "cannot write the job secret's memory file: ", std::strerror(errno)));
+          "cannot write the job secret's memory file: ", os::ErrnoText(errno)));
     }
     written += static_cast<size_t>(n);
   }
-  if (fchmod(fd, 0600) != 0 ||
-      fcntl(fd, F_ADD_SEALS,
+  if (fchmod(fd.get(), 0600) != 0 ||
+      fcntl(fd.get(), F_ADD_SEALS,
             F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
     return absl::InternalError(absl::StrCat(
-        "cannot seal the job secret's memory file: ", std::strerror(errno)));
+        "cannot seal the job secret's memory file: ", os::ErrnoText(errno)));
   }
-  return handle;
+  return std::unique_ptr<SecretDescriptor>(new SecretDescriptor(std::move(fd)));
 }
-
-SecretDescriptor::~SecretDescriptor() { close(fd_); }
 
 }  // namespace kolorun
 }  // namespace kolo

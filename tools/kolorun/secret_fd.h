@@ -15,8 +15,10 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace kolorun {
@@ -26,17 +28,17 @@ class SecretDescriptor {
   // A close-on-exec memfd holding `secret`, sealed against every change.
   static absl::StatusOr<std::unique_ptr<SecretDescriptor>> Create(
       const std::string& secret);
-  ~SecretDescriptor();  // Closes the descriptor.
+  ~SecretDescriptor() = default;  // Closes the descriptor.
   SecretDescriptor(const SecretDescriptor&) = delete;
   SecretDescriptor& operator=(const SecretDescriptor&) = delete;
 
   // The descriptor a worker inherits (SpawnWorker clears close-on-exec in
   // the child only).
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
 
  private:
-  explicit SecretDescriptor(int fd) : fd_(fd) {}
-  const int fd_;
+  explicit SecretDescriptor(os::UniqueFd fd) : fd_(std::move(fd)) {}
+  const os::UniqueFd fd_;
 };
 
 }  // namespace kolorun

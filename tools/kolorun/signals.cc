@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/os/errno_text.h"
 
 namespace kolo {
 namespace kolorun {
@@ -34,13 +35,13 @@ void SignalPipe::Handler(int signo) {
 }
 
 absl::StatusOr<std::unique_ptr<SignalPipe>> SignalPipe::Install() {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot create the signal pipe: ", std::strerror(errno)));
+  absl::StatusOr<os::Pipe> fds = os::MakePipe(O_CLOEXEC | O_NONBLOCK);
+  if (!fds.ok()) {
+    return absl::InternalError(absl::StrCat("cannot create the signal pipe: ",
+                                            fds.status().message()));
   }
-  std::unique_ptr<SignalPipe> pipe(new SignalPipe(fds[0], fds[1]));
-  g_signal_write_fd = fds[1];
+  std::unique_ptr<SignalPipe> pipe(new SignalPipe(*std::move(fds)));
+  g_signal_write_fd = pipe->pipe_.write_end.get();
 
   struct sigaction action = {};
   action.sa_handler = &SignalPipe::Handler;
@@ -51,7 +52,7 @@ absl::StatusOr<std::unique_ptr<SignalPipe>> SignalPipe::Install() {
     if (sigaction(signo, &action, &old) != 0) {
       return absl::InternalError(
           absl::StrCat("cannot install a handler for signal ", signo, ": ",
-                       std::strerror(errno)));
+                       os::ErrnoText(errno)));
     }
     pipe->previous_.emplace_back(signo, old);
   }
@@ -77,15 +78,14 @@ SignalPipe::~SignalPipe() {
     sigaction(it->first, &it->second, nullptr);
   }
   g_signal_write_fd = -1;
-  close(read_fd_);
-  close(write_fd_);
+  // pipe_ closes after the handler has stopped writing to it.
 }
 
 std::vector<int> SignalPipe::Drain() {
   std::vector<int> signals;
   unsigned char buffer[64];
   for (;;) {
-    const ssize_t n = read(read_fd_, buffer, sizeof(buffer));
+    const ssize_t n = read(pipe_.read_end.get(), buffer, sizeof(buffer));
     if (n > 0) {
       signals.insert(signals.end(), buffer, buffer + n);
       continue;

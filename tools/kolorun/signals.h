@@ -9,9 +9,11 @@
 
 #include <csignal>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace kolorun {
@@ -28,7 +30,7 @@ class SignalPipe {
   SignalPipe& operator=(const SignalPipe&) = delete;
 
   // Readable (poll POLLIN) while signals are pending.
-  int read_fd() const { return read_fd_; }
+  int read_fd() const { return pipe_.read_end.get(); }
   // Non-blocking: the signals received since the last call, in order.
   std::vector<int> Drain();
 
@@ -38,12 +40,10 @@ class SignalPipe {
   void ResetInChild() const;
 
  private:
-  SignalPipe(int read_fd, int write_fd)
-      : read_fd_(read_fd), write_fd_(write_fd) {}
+  explicit SignalPipe(os::Pipe pipe) : pipe_(std::move(pipe)) {}
   static void Handler(int signo);
 
-  const int read_fd_;
-  const int write_fd_;
+  const os::Pipe pipe_;
   std::vector<std::pair<int, struct sigaction>> previous_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace torch {
@@ -240,29 +241,29 @@ Completer::Completer() : thread_([this] { Run(); }) {}
 
 Completer::~Completer() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   thread_.join();
 }
 
 void Completer::Add(c10::intrusive_ptr<KoloWork> work) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(std::move(work));
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 void Completer::Run() {
   for (;;) {
     c10::intrusive_ptr<KoloWork> next;
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       // At destruction the Works already queued still finish (each is
       // bounded by KOLO_OP_TIMEOUT, or fails at once at shutdown).
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
       if (queue_.empty()) return;
       next = std::move(queue_.front());
       queue_.pop_front();

@@ -42,20 +42,19 @@
 #ifndef KOLO_FRONTENDS_PYTHON_SRC_PROCESS_GROUP_H_
 #define KOLO_FRONTENDS_PYTHON_SRC_PROCESS_GROUP_H_
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "kolo/torch/context.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 namespace torch {
@@ -99,9 +98,12 @@ class KoloWork : public c10d::Work {
   const std::weak_ptr<Completer> completer_;
   std::function<std::vector<at::Tensor>()> finish_;  // the claimer's
   std::atomic<bool> claimed_{false};
-  std::vector<at::Tensor> outputs_;  // guarded by mutex_
-  // Made by the first getFuture().
-  c10::intrusive_ptr<c10::ivalue::Future> future_;  // guarded by mutex_
+  // outputs_ and future_ (made by the first getFuture()) are read and
+  // written under c10d::Work's mutex_ with c10d::Work's own state
+  // (completed_, exception_); that mutex is LibTorch's std::mutex, which the
+  // thread-safety analysis cannot name (Note [Annotated locks]).
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
 // The completer thread of a group (Note [Futures of a process group]).
@@ -113,10 +115,10 @@ class Completer {
 
  private:
   void Run();
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<c10::intrusive_ptr<KoloWork>> queue_;  // guarded by mu_
-  bool stopping_ = false;                           // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<c10::intrusive_ptr<KoloWork>> queue_ KOLO_GUARDED_BY(mu_);
+  bool stopping_ KOLO_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

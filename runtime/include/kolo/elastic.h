@@ -22,13 +22,21 @@
 //   elastic/<g>/left/<id>          set by worker <id> as it leaves g:
 //                                  "<lost rank or -1> <why>"
 //
-// Thread safety: a Membership is used by one thread at a time.
+// Thread safety: a Membership is used by one thread at a time;
+// FormatMembers/ParseMembers are pure functions, callable from any thread.
+//
+// Errors: FailedPrecondition for options that are not an elastic job's,
+// DeadlineExceeded when the next generation is not published in time,
+// InvalidArgument for a malformed members value, the store's own errors
+// (Unavailable when kolorun's store is gone).
 #ifndef KOLO_ELASTIC_H_
 #define KOLO_ELASTIC_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"

@@ -1,6 +1,16 @@
 // Options: everything a Runtime needs to start. Every field has a default;
 // Runtime::OptionsFromEnvironment() fills them from the KOLO_* variables
 // (docs/configuration.md lists each with its default).
+//
+// Thread safety: a plain value type; Runtime::Create() copies it, so the
+// caller may change or destroy its Options afterwards. `store` is shared
+// with the Runtime and must be thread-safe (kolo/store.h).
+//
+// Errors: nothing here fails. Runtime::Create() rejects values out of range
+// (a rank outside its world, a negative fusion threshold, a timeout <= 0),
+// and settings every rank must share that differ from rank 0's, with
+// InvalidArgument saying which and their values; OptionsFromEnvironment()
+// rejects a bad variable with InvalidArgument naming it and its value.
 #ifndef KOLO_OPTIONS_H_
 #define KOLO_OPTIONS_H_
 

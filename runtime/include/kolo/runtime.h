@@ -19,6 +19,7 @@
 #ifndef KOLO_RUNTIME_H_
 #define KOLO_RUNTIME_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>

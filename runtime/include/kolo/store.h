@@ -2,8 +2,15 @@
 //
 // Implementations: InMemoryStore (tests, threads of one process), PrefixStore
 // (a namespace inside another store) and TcpStoreClient (authenticated TCP,
-// served by TcpStoreServer in kolorun or in rank 0). All methods are
-// thread-safe and every blocking call takes a timeout.
+// served by TcpStoreServer in kolorun or in rank 0). Options::store takes
+// any implementation of one's own.
+//
+// Thread safety: all methods are thread-safe (an implementation must make
+// them so) and every blocking call takes a timeout.
+//
+// Errors: DeadlineExceeded naming the key(s) when a timeout passes,
+// InvalidArgument for a bad value, Unavailable when a remote store cannot be
+// reached.
 #ifndef KOLO_STORE_H_
 #define KOLO_STORE_H_
 

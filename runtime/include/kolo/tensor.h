@@ -2,12 +2,23 @@
 //
 // The caller owns the memory and must keep it alive and untouched until the
 // Work of the collective that uses it has completed (successfully or not).
+//
+// Thread safety: TensorView is a plain value type (copying it copies the
+// description, not the data). ReadyEvent::Ready() is called from the
+// runtime's threads and must be thread-safe.
+//
+// Errors: a view is not checked when made. A collective rejects a bad one
+// (no data but elements, a negative dimension, an unknown dtype, a device
+// this build has no backend for) at submission, and views that disagree
+// across ranks at negotiation, with InvalidArgument naming the tensor (and
+// the ranks and their values).
 #ifndef KOLO_TENSOR_H_
 #define KOLO_TENSOR_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kolo/types.h"

@@ -2,6 +2,9 @@
 //
 // Thread safety: plain value types and pure functions; callable from any
 // thread.
+//
+// Errors: none. A value outside an enum (only a cast can make one) has size
+// 0 and the name "unknown"; the runtime rejects it with InvalidArgument.
 #ifndef KOLO_TYPES_H_
 #define KOLO_TYPES_H_
 

@@ -1,16 +1,24 @@
 // Work: the completion handle of one asynchronous collective.
 //
-// A Work is a cheap, copyable reference to shared completion state. It is
-// completed exactly once, by the runtime's background thread (or by the
-// thread that observes a failure), with an absl::Status. Any thread may
-// query or wait on it.
+// A Work is a cheap, copyable reference to shared completion state, and
+// opaque: only the runtime makes one (Runtime's collectives return it); a
+// default-constructed Work is an already-failed handle. It is completed
+// exactly once, by the runtime's background thread (or by the thread that
+// observes a failure), with an absl::Status.
+//
+// Thread safety: every method may be called from any thread, on the same
+// Work or on copies of it, at the same time. IsCompleted(), status() and
+// received_splits() return at once; Wait() blocks up to its timeout.
+//
+// Errors: Wait() and status() return the collective's own status (the codes
+// of kolo/runtime.h: InvalidArgument, DeadlineExceeded, Unavailable with
+// LostRank(), Aborted); DeadlineExceeded with IsWaitTimeout() when Wait's own
+// timeout passed first; FailedPrecondition on a default-constructed Work.
 #ifndef KOLO_WORK_H_
 #define KOLO_WORK_H_
 
-#include <atomic>
-#include <condition_variable>
+#include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,7 +27,8 @@
 namespace kolo {
 
 namespace internal {
-class WorkState;
+class WorkState;  // runtime/work_state.h, private to kolo
+struct WorkAccess;
 }  // namespace internal
 
 // Whether `status` is a Work::Wait(timeout) that ran out before the
@@ -66,57 +75,15 @@ class Work {
   // Empty for other collectives and until completed.
   std::vector<int64_t> received_splits() const;
 
-  explicit Work(std::shared_ptr<internal::WorkState> state)
-      : state_(std::move(state)) {}
-  const std::shared_ptr<internal::WorkState>& state() const { return state_; }
-
  private:
+  // Only the runtime makes a Work from its state, and reaches the state of
+  // one, through internal::WorkAccess (runtime/work_state.h).
+  friend struct internal::WorkAccess;
+  explicit Work(std::shared_ptr<internal::WorkState> state);
+
   std::shared_ptr<internal::WorkState> state_;
 };
 
-namespace internal {
-
-// Shared completion state. Completed once; later Complete() calls are ignored.
-class WorkState {
- public:
-  // Returns false if already completed.
-  bool Complete(absl::Status status, std::vector<int64_t> splits = {});
-  bool IsCompleted() const;
-  absl::Status Wait(absl::Duration timeout) const;
-  absl::Status WaitQuietly(absl::Duration timeout) const;
-  absl::Status status() const;
-  std::vector<int64_t> splits() const;
-  // A collective's result that is one number (join: the rank that joined
-  // last; creating a process set: its id), set by the runtime before it
-  // completes the Work. 0 until set.
-  void SetValue(int64_t value);
-  int64_t value() const;
-
-  // Set by the runtime before the Work is handed out: Wait() first polls
-  // for `spin` (Note [Spin then block] in runtime/sync/wakeup.h), and
-  // counts itself in `waiters` while it waits, so that the background
-  // thread spins only while some caller waits.
-  void SetWaitPolicy(absl::Duration spin,
-                     std::shared_ptr<std::atomic<int>> waiters);
-
- private:
-  // Blocks up to `remaining`; errors name the caller's whole `timeout`.
-  absl::Status WaitBlocking(absl::Duration remaining,
-                            absl::Duration timeout) const;
-
-  absl::Duration spin_ = absl::ZeroDuration();
-  std::shared_ptr<std::atomic<int>> waiters_;
-  std::atomic<bool> done_flag_{false};  // done_, readable without mu_
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool done_ = false;                   // guarded by mu_
-  mutable int blocked_ = 0;             // waiters on cv_, guarded by mu_
-  absl::Status status_;                 // guarded by mu_
-  std::vector<int64_t> splits_;         // guarded by mu_
-  int64_t value_ = 0;                   // guarded by mu_
-};
-
-}  // namespace internal
 }  // namespace kolo
 
 #endif  // KOLO_WORK_H_

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <memory>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "runtime/os/unique_fd.h"
 #include "tools/kolorun/args.h"
 #include "tools/kolorun/job.h"
 #include "tools/kolorun/output.h"
@@ -273,7 +274,7 @@ std::string Forward(int rank, const std::string& input) {
   const int target = mkstemp(templ.data());
   EXPECT_GE(target, 0) << templ;
   {
-    LineForwarder forwarder(rank, pipe_fds[0], target);
+    LineForwarder forwarder(rank, os::UniqueFd(pipe_fds[0]), target);
     // A writer thread: the input may exceed the pipe's capacity.
     std::thread writer([&] {
       WriteFully(pipe_fds[1], input);
@@ -319,8 +320,8 @@ class Steps {
     writer_ = source[1];
     reader_ = target[0];
     target_ = target[1];
-    forwarder_ = std::make_unique<LineForwarder>(0, source[0], target_,
-                                                 std::move(options));
+    forwarder_ = std::make_unique<LineForwarder>(0, os::UniqueFd(source[0]),
+                                                 target_, std::move(options));
   }
   ~Steps() {
     forwarder_.reset();

@@ -303,15 +303,10 @@ class Context {
 
   std::shared_ptr<kolo::Runtime> runtime_;
   std::atomic<bool> shut_down_{false};
-  // Counters for generated names, per collective and process set.
-  std::map<std::pair<int, int>, int64_t> unnamed_;  // guarded by in_flight_mu_
-
-  std::mutex in_flight_mu_;
-  // Submitted collectives, pruned of completed ones when the list reaches
-  // prune_at_ (amortised O(1) per submit).
-  std::vector<std::shared_ptr<detail::PendingOp>>
-      in_flight_;         // guarded by in_flight_mu_
-  size_t prune_at_ = 64;  // guarded by in_flight_mu_
+  // The collectives in flight and the counters of generated names, under
+  // their own lock (context.cc).
+  struct Tracking;
+  const std::unique_ptr<Tracking> tracking_;
 };
 
 // --- The default context: one per process, for programs launched by kolorun.
