@@ -252,7 +252,12 @@ Coordinator::Hits* Coordinator::HitTable::FindInMap(int64_t id) {
 Coordinator::Hits& Coordinator::HitTable::Get(int64_t id) {
   if (Hits* h = Find(id)) return *h;
   if (window_.empty() && window_size_ > 0) window_.resize(window_size_);
-  if (base_ < 0 && !window_.empty() && id >= 0) base_ = id;
+  // The window starts one cache capacity (a quarter of it) below the first
+  // id it is asked for, so that lower ids of the same step, from lists
+  // that come later, still land in it rather than in the map.
+  if (base_ < 0 && !window_.empty() && id >= 0) {
+    base_ = std::max<int64_t>(0, id - static_cast<int64_t>(window_.size() / 4));
+  }
   if (base_ >= 0 && id >= base_ &&
       static_cast<uint64_t>(id - base_) < window_.size()) {
     const size_t i = static_cast<size_t>(id - base_);

@@ -12,7 +12,6 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <thread>
 
 #include "absl/status/status.h"

@@ -85,39 +85,29 @@ absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
 absl::Status TensorQueue::AddAll(
     std::vector<std::unique_ptr<TensorEntry>>* entries) {
   std::vector<std::unique_ptr<TensorEntry>>& batch = *entries;
+  // A name twice in the batch: index of its first request, by set and name.
+  absl::flat_hash_map<std::pair<int, absl::string_view>, size_t> seen;
+  if (batch.size() > 1) seen.reserve(batch.size());
   bool first = false;
   {
     MutexLock lock(&mu_);
-    // Inserted one by one (so that a name twice in the batch meets its
-    // first copy), and taken out again if one is refused.
-    const size_t unsent = new_entries_.size();
+    // Every check before any insert: all or none.
     for (size_t i = 0; i < batch.size(); ++i) {
-      absl::Status s = CheckAddLocked(batch[i]->request);
-      if (s.ok()) {
-        first |= InsertLocked(std::move(batch[i]));
-        continue;
-      }
-      for (size_t j = 0; j < i; ++j) {
-        TensorEntry* e = new_entries_[unsent + j];
-        auto& set = table_[e->request.process_set()];
-        auto it = set.find(e->request.name());
-        batch[j] = std::move(it->second);
-        set.erase(it);
-      }
-      new_entries_.resize(unsent);
       const wire::Request& request = batch[i]->request;
-      for (size_t j = 0; j < i; ++j) {
-        const wire::Request& other = batch[j]->request;
-        if (other.name() == request.name() &&
-            other.process_set() == request.process_set()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              CollectiveName(request.type()), " \"", request.name(),
-              "\": the name is given twice in one batch (requests ", j,
-              " and ", i, ")"));
-        }
+      KOLO_RETURN_IF_ERROR(CheckAddLocked(request));
+      if (batch.size() == 1) break;
+      auto [it, added] =
+          seen.emplace(std::make_pair(request.process_set(),
+                                      absl::string_view(request.name())),
+                       i);
+      if (!added) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            CollectiveName(request.type()), " \"", request.name(),
+            "\": the name is given twice in one batch (requests ", it->second,
+            " and ", i, ")"));
       }
-      return s;
     }
+    for (auto& e : batch) first |= InsertLocked(std::move(e));
     if (!batch.empty()) {
       has_new_.store(true, std::memory_order_release);
       adds_.fetch_add(batch.size(), std::memory_order_release);

@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>

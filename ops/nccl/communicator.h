@@ -19,7 +19,6 @@
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/status/status.h"

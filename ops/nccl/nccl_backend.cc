@@ -185,10 +185,9 @@ absl::Status NcclBackend::Named(const absl::Status& s) const {
 absl::Status NcclBackend::Init() {
   DeviceGuard guard(device_);
   if (!guard.status().ok()) return guard.status();
-  absl::Status s = CudaStatus(
-      cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
-      "cudaStreamCreateWithFlags");
-  if (!s.ok()) return s;
+  KOLO_RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags"));
   KOLO_RETURN_IF_ERROR(CudaStatus(
       cudaEventCreateWithFlags(&legacy_ready_, cudaEventDisableTiming),
       "cudaEventCreateWithFlags"));

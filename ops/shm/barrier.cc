@@ -87,9 +87,8 @@ absl::Status ShmBarrier::AbortedError(const char* what,
   }
   if (by != config_.rank) {
     const absl::Time until =
-        absl::Now() +
-        absl::FromChrono(std::min(deadline, Clock::now() + kCloseGrace) -
-                         Clock::now());
+        absl::Now() + std::min(absl::FromChrono(deadline - Clock::now()),
+                               absl::FromChrono(kCloseGrace));
     MutexLock lock(&closed_mu_);
     while (!closed_ && closed_cv_.WaitUntil(&closed_mu_, until)) {
     }

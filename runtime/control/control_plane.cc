@@ -70,6 +70,7 @@ ControlPlane::ControlPlane(int rank, int size, ControlCallbacks callbacks,
       liveness_(liveness) {
   channels_.resize(rank == 0 ? size : 1);
   leaving_.resize(size, false);
+  ended_.resize(size, false);
 }
 
 ControlPlane::~ControlPlane() { Close(); }
@@ -132,9 +133,9 @@ absl::Status ControlPlane::StartCoordinator(std::shared_ptr<Store> store,
   handshakes_ = std::move(*handshakes);
   absl::StatusOr<os::Pipe> wake_pipe = os::MakePipe(O_CLOEXEC | O_NONBLOCK);
   if (!wake_pipe.ok()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("control channel: cannot create a pipe: ",
-                     wake_pipe.status().message()));
+    return absl::Status(wake_pipe.status().code(),
+                        absl::StrCat("control channel: cannot create a pipe: ",
+                                     wake_pipe.status().message()));
   }
   wake_pipe_ = *std::move(wake_pipe);
   try {
@@ -349,15 +350,19 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
 }
 
 void ControlPlane::PeerLost(int peer, const std::string& reason) {
-  // Counted once handled, whichever way it went.
+  // Counted once per peer when handled, whichever way it went (a broken
+  // ring reports the same peer on every drain).
   struct Counted {
     ControlPlane* plane;
+    int peer;
     ~Counted() {
       MutexLock lock(&plane->mu_);
+      if (plane->ended_[peer]) return;
+      plane->ended_[peer] = true;
       ++plane->connections_ended_;
       plane->ended_cv_.NotifyAll();
     }
-  } counted{this};
+  } counted{this, peer};
   if (closed_ || shutting_down_) return;
   // Over shared memory the goodbye may still sit in a ring when the
   // connection closes: the sender set a flag before it sent it.

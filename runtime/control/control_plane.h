@@ -32,7 +32,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -113,9 +112,9 @@ class ControlPlane {
   // Closes every connection and joins the reader threads.
   void Close();
 
-  // Connections whose end (closed, broken, silent past the heartbeat
-  // timeout) this plane has handled, whether it counted as a loss or not;
-  // for tests and diagnostics. WaitConnectionsEnded blocks until at least
+  // Peers whose connection end (closed, broken, silent past the heartbeat
+  // timeout) this plane has handled, whether it counted as a loss or not,
+  // each counted once; for tests and diagnostics. WaitConnectionsEnded blocks until at least
   // `n` or `deadline`; true if reached.
   int connections_ended() const;
   bool WaitConnectionsEnded(int n, absl::Time deadline) const;
@@ -176,6 +175,8 @@ class ControlPlane {
   int joined_ KOLO_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> threads_ KOLO_GUARDED_BY(mu_);
   std::vector<ControlEvent> events_ KOLO_GUARDED_BY(mu_);
+  // Peers whose connection end was handled (connections_ended()).
+  std::vector<bool> ended_ KOLO_GUARDED_BY(mu_);
   int connections_ended_ KOLO_GUARDED_BY(mu_) = 0;
   mutable CondVar ended_cv_;
   // A failure of the coordinator's listen thread while ranks are joining

@@ -1,6 +1,6 @@
 #include "runtime/rendezvous/in_memory_store.h"
 
-#include <chrono>
+#include <algorithm>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"

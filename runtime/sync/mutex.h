@@ -20,6 +20,7 @@
 #ifndef KOLO_RUNTIME_SYNC_MUTEX_H_
 #define KOLO_RUNTIME_SYNC_MUTEX_H_
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 
@@ -107,7 +108,10 @@ class CondVar {
     if (left == absl::InfiniteDuration()) {
       cv_.wait(lock);
     } else {
-      cv_.wait_for(lock, absl::ToChronoNanoseconds(left));
+      // Capped: a far deadline would overflow wait_for's clock arithmetic
+      // and return at once (callers loop over their condition anyway).
+      cv_.wait_for(lock,
+                   absl::ToChronoNanoseconds(std::min(left, absl::Hours(24))));
     }
     lock.release();
     return absl::Now() < deadline;

@@ -2,9 +2,8 @@
 
 #include <cstring>
 
-#include "absl/time/clock.h"
-
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gloo/allgather.h"
 #include "gloo/allreduce.h"
 #include "gloo/alltoall.h"
@@ -167,26 +166,40 @@ void KoloRunner::Run(Collective c, Buffers& b) {
   }
 }
 
+namespace {
+
+// Allreduce i of a fusion step, named by `tag`.
+AllreduceRequest StepRequest(std::vector<uint8_t>& tensor, const Flags& flags,
+                             const std::string& tag, size_t i) {
+  AllreduceRequest req;
+  req.name = absl::StrCat("bench/", tag, "/", i);
+  req.op = flags.op;
+  req.input = req.output = TensorView(tensor.data(), flags.dtype,
+                                      {Elements(tensor, flags.dtype)});
+  return req;
+}
+
+void WaitAll(const std::vector<Work>& works) {
+  for (const Work& w : works) {
+    absl::Status s = w.Wait();
+    if (!s.ok()) Die(std::string(s.message()));
+  }
+}
+
+}  // namespace
+
 void KoloRunner::RunMany(std::vector<std::vector<uint8_t>>& tensors,
                          const std::string& tag) {
   const absl::Time start = absl::Now();
   std::vector<Work> works;
   works.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    AllreduceRequest req;
-    req.name = absl::StrCat("bench/", tag, "/", i);
-    req.op = flags_.op;
-    req.input = req.output = TensorView(tensors[i].data(), flags_.dtype,
-                                        {Elements(tensors[i], flags_.dtype)});
-    auto work = rt_->Allreduce(req);
+    auto work = rt_->Allreduce(StepRequest(tensors[i], flags_, tag, i));
     if (!work.ok()) Die(std::string(work.status().message()));
     works.push_back(std::move(*work));
   }
   submit_us_.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
-  for (Work& w : works) {
-    absl::Status s = w.Wait();
-    if (!s.ok()) Die(std::string(s.message()));
-  }
+  WaitAll(works);
 }
 
 void KoloRunner::RunBatch(std::vector<std::vector<uint8_t>>& tensors,
@@ -194,21 +207,15 @@ void KoloRunner::RunBatch(std::vector<std::vector<uint8_t>>& tensors,
   // Built per step like RunMany's, so that the two rows differ by the
   // submission call alone.
   const absl::Time start = absl::Now();
-  std::vector<AllreduceRequest> requests(tensors.size());
+  std::vector<AllreduceRequest> requests;
+  requests.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    AllreduceRequest& req = requests[i];
-    req.name = absl::StrCat("bench/", tag, "/", i);
-    req.op = flags_.op;
-    req.input = req.output = TensorView(tensors[i].data(), flags_.dtype,
-                                        {Elements(tensors[i], flags_.dtype)});
+    requests.push_back(StepRequest(tensors[i], flags_, tag, i));
   }
   auto works = rt_->AllreduceBatch(requests);
   if (!works.ok()) Die(std::string(works.status().message()));
   submit_us_.push_back(absl::ToDoubleMicroseconds(absl::Now() - start));
-  for (Work& w : *works) {
-    absl::Status s = w.Wait();
-    if (!s.ok()) Die(std::string(s.message()));
-  }
+  WaitAll(*works);
 }
 
 // gloo's reduce-scatter is an old-style algorithm that sets up its buffers

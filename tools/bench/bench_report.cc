@@ -207,7 +207,7 @@ void PrintTables(const Flags& flags, int ranks,
     const Measurement* kolo = Find(results, "kolo", "fusion_async", total);
     const char* what[][2] = {
         {"fusion_async", "N tensors submitted async, then wait all"},
-        {"fusion_batch", "N tensors in one batch call, then wait all"},
+        {"fusion_batch", "N tensors in one batch call, wait all"},
         {"fusion_per_tensor", "N tensors, one blocking call each"},
         {"fusion_fused", "one allreduce of N x S bytes"}};
     for (const std::string& impl : impls) {

@@ -103,12 +103,6 @@ std::vector<double> Measure(const Flags& flags, int iters, F&& op) {
   return TimeEach(flags.warmup, iters, op);
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
-}
-
 class Bench {
  public:
   Bench(Runtime* rt, const Flags& flags, std::shared_ptr<::gloo::Context> gloo)
@@ -164,7 +158,7 @@ class Bench {
         (after.response_lists_received - before.response_lists_received) /
             steps,
         (after.collectives_executed - before.collectives_executed) / steps);
-    const double async_submit_us = Median(kolo_.submit_us());
+    const double async_submit_us = Percentile(TimedSteps(iters), 0.5);
     kolo_.submit_us().clear();
     Keep(Record("kolo", "fusion_batch", total,
                 TimeEach(flags_.warmup, iters,
@@ -173,7 +167,7 @@ class Bench {
     std::cerr << absl::StrFormat(
         "# fusion rank %d submission per step, p50: %.1f us one call per "
         "tensor, %.1f us one batch call\n",
-        rank_, async_submit_us, Median(kolo_.submit_us()));
+        rank_, async_submit_us, Percentile(TimedSteps(iters), 0.5));
     Keep(Record("kolo", "fusion_fused", total,
                 TimeEach(flags_.warmup, iters, [&](int) {
                   kolo_.Run(Collective::kAllreduce, fused);
@@ -202,6 +196,14 @@ class Bench {
   std::vector<Measurement>& results() { return results_; }
 
  private:
+  // The submission times of the last `iters` calls (TimeEach's warm-up
+  // calls come first).
+  std::vector<double> TimedSteps(int iters) {
+    std::vector<double>& all = kolo_.submit_us();
+    const size_t n = std::min(all.size(), static_cast<size_t>(iters));
+    return std::vector<double>(all.end() - n, all.end());
+  }
+
   void Keep(Measurement m) {
     if (rank_ == 0) results_.push_back(std::move(m));
   }

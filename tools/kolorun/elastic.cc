@@ -66,7 +66,8 @@ absl::StatusOr<std::string> RunDiscoveryScript(const std::string& script,
                                                absl::Duration timeout) {
   absl::StatusOr<os::Pipe> out = os::MakePipe(O_CLOEXEC);
   if (!out.ok()) {
-    return absl::UnavailableError(
+    return absl::Status(
+        out.status().code(),
         absl::StrCat("pipe for ", script, ": ", out.status().message()));
   }
   // Built before fork: the child (kolorun has threads) may only make

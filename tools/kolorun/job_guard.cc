@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -77,8 +76,9 @@ bool WriteAll(int fd, const void* data, size_t size) {
 absl::StatusOr<std::unique_ptr<JobGuard>> JobGuard::Start() {
   absl::StatusOr<os::Pipe> pipe = os::MakePipe(O_CLOEXEC);
   if (!pipe.ok()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot create the job guard's pipe: ", pipe.status().message()));
+    return absl::Status(pipe.status().code(),
+                        absl::StrCat("cannot create the job guard's pipe: ",
+                                     pipe.status().message()));
   }
   const pid_t pid = fork();
   if (pid < 0) {

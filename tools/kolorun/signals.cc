@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/os/errno_text.h"
@@ -37,8 +36,9 @@ void SignalPipe::Handler(int signo) {
 absl::StatusOr<std::unique_ptr<SignalPipe>> SignalPipe::Install() {
   absl::StatusOr<os::Pipe> fds = os::MakePipe(O_CLOEXEC | O_NONBLOCK);
   if (!fds.ok()) {
-    return absl::InternalError(absl::StrCat("cannot create the signal pipe: ",
-                                            fds.status().message()));
+    return absl::Status(fds.status().code(),
+                        absl::StrCat("cannot create the signal pipe: ",
+                                     fds.status().message()));
   }
   std::unique_ptr<SignalPipe> pipe(new SignalPipe(*std::move(fds)));
   g_signal_write_fd = pipe->pipe_.write_end.get();
