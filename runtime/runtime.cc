@@ -113,7 +113,8 @@ absl::Status CheckReduction(const char* op, const std::string& name,
   return absl::OkStatus();
 }
 
-absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req) {
+// The request's own checks; CheckAllreduce adds its process set's.
+absl::Status CheckAllreduceTensors(const AllreduceRequest& req) {
   const char* op = "allreduce";
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "input", req.input));
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
@@ -127,10 +128,13 @@ absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req
                                 DataTypeName(req.input.dtype),
                                 ShapeToString(req.input.shape), ")"));
   }
-  KOLO_RETURN_IF_ERROR(CheckReduction(op, req.name, req.input.dtype, req.op,
-                                      req.prescale, req.postscale));
-  return impl.MemberSet(req.process_set, op, req.name)
-      .status();
+  return CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
+                        req.postscale);
+}
+
+absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req) {
+  KOLO_RETURN_IF_ERROR(CheckAllreduceTensors(req));
+  return impl.MemberSet(req.process_set, "allreduce", req.name).status();
 }
 
 // Filled where it will live (a moved protobuf is a new one plus a swap), in
@@ -196,8 +200,16 @@ absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
 
 absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
     const std::vector<AllreduceRequest>& requests) {
+  // A batch names one process set, or a few in runs: each run's set is
+  // looked up once.
+  int checked_set = -1;
   for (const AllreduceRequest& req : requests) {
-    KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
+    KOLO_RETURN_IF_ERROR(CheckAllreduceTensors(req));
+    if (req.process_set != checked_set || checked_set < 0) {
+      KOLO_RETURN_IF_ERROR(
+          impl_->MemberSet(req.process_set, "allreduce", req.name).status());
+      checked_set = req.process_set;
+    }
   }
   std::vector<std::unique_ptr<TensorEntry>> entries;
   impl_->NewEntries(requests.size(), &entries);

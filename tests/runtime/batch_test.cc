@@ -101,6 +101,16 @@ TEST_P(Batch, RefusesAllOrNone) {
   EXPECT_NE(refused.status().message().find("\"b\""), std::string::npos)
       << refused.status();
 
+  // A process set that does not exist, after a member of the global one:
+  // each run of one set is checked.
+  std::vector<AllreduceRequest> unknown_set = {Request("a", data[0]),
+                                               Request("c", other[0])};
+  unknown_set[1].process_set = 99;
+  refused = rts[0]->AllreduceBatch(unknown_set);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("\"c\""), std::string::npos)
+      << refused.status();
+
   // A name twice.
   std::vector<AllreduceRequest> twice = {Request("a", data[0]),
                                          Request("c", other[0]),

@@ -152,9 +152,10 @@ class Runtime {
   // Submits each request as its own allreduce, exactly as calling
   // Allreduce() for each in turn would (each is negotiated, fused and
   // completed on its own: unlike GroupedAllreduce there is no all-or-none
-  // negotiation), with less work per tensor: one call, one lock and at most
-  // one wake-up of the background thread for all of them, and the
-  // completion state of all in one allocation. For a burst of tensors
+  // negotiation), with less work per tensor: one call, one look-up of the
+  // process set, one lock of the queue and at most one wake-up of the
+  // background thread for all of them (CUDA tensors: a set look-up each),
+  // and the completion state of all in one allocation. For a burst of tensors
   // ready at once, e.g. a step's gradients. All or none are submitted: a
   // bad request, a name already in flight or a name given twice fails the
   // call with the error Allreduce() would give (naming the tensor) and
