@@ -5,6 +5,7 @@
 // (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
 // errors) is in runtime_impl.cc, process sets in process_sets.cc.
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,12 +33,18 @@ namespace kolo {
 // waits for usually comes within microseconds and a kernel wake-up costs
 // tens of them. Each pass:
 //  1. sends this rank's new requests, per process set, to the coordinator
-//     (cache ids where the response cache knows them);
-//  2. rank 0: feeds received request lists to the sets' Coordinators; other
-//     ranks: execute received response lists in order;
+//     (cache ids where the response cache knows them); on one host the
+//     global set's hits go on the hit board instead while it is open
+//     (Note [Hits on the board] in control/hit_board.h), and a rank that
+//     set the last bits of some ids appends them to the board's log;
+//  2. rank 0: feeds received request lists to the sets' Coordinators
+//     (closing the board first); other ranks: execute received response
+//     lists in order (the global set's at their marker in the board's log);
+//     every rank: executes the board's log as far as it can;
 //  3. rank 0: for each set with ready names, waits at most KOLO_CYCLE_TIME
 //     from the oldest ready name for more names to complete (only while
-//     some are partially submitted), then fuses, sends and executes a list.
+//     some are partially submitted), then fuses, sends and executes a list;
+//     tends the board (reopens it when quiet, takes old partial ids).
 void RuntimeImpl::BackgroundLoop() {
   const bool coordinator = options_.rank == 0;
   Wakeup& wakeup = *wakeup_.load();
@@ -68,7 +75,8 @@ void RuntimeImpl::BackgroundLoop() {
 
     CoalesceSubmissions();
     SendRequests(absl::Now());
-    if (!fatal_status().ok()) break;
+    if (board_) ExecuteBoard(&done);  // what this rank's bits completed
+    if (!fatal_status().ok() || done) break;
     if (control_) {
       for (ControlEvent& event : control_->TakeEvents()) {
         if (coordinator && event.message.has_request_list()) {
@@ -88,10 +96,21 @@ void RuntimeImpl::BackgroundLoop() {
                 list.process_set(), " it is not a member of")));
             break;
           }
+          if (board_ && set->id == kGlobalProcessSet) {
+            // Note [Hits on the board]: nothing is half there, half here.
+            CloseBoard(*set, now);
+            ++board_received_[event.from_rank];
+          }
           set->coordinator->AddRequests(
               static_cast<int>(me - set->ranks.begin()), std::move(list), now);
         } else if (!coordinator && event.message.has_response_list()) {
-          const wire::ResponseList& list = event.message.response_list();
+          wire::ResponseList& list = *event.message.mutable_response_list();
+          if (board_ && list.process_set() == kGlobalProcessSet) {
+            // Runs at its marker in the board's log.
+            const int64_t seq = list.seq();
+            board_lists_.emplace(seq, std::move(list));
+            continue;
+          }
           std::shared_ptr<ProcessSetState> set;
           {
             MutexLock lock(&sets_mu_);
@@ -108,6 +127,8 @@ void RuntimeImpl::BackgroundLoop() {
         if (!fatal_status().ok()) break;
       }
     }
+    if (board_ && !done) ExecuteBoard(&done);
+    if (!fatal_status().ok()) break;
     if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
     if (!fatal_status().ok()) break;
     next_wakeup = std::min(next_wakeup,
@@ -182,6 +203,35 @@ void RuntimeImpl::SendRequests(absl::Time now) {
       ++counters_.requests_sent;
     }
   });
+  if (board_ && (lists.count(kGlobalProcessSet) || send_shutdown)) {
+    // Note [Hits on the board]: the global set's hits go on the board
+    // while it is open and this rank has executed the log as far as the
+    // coordinator had written it when it opened; the rest (and any hit
+    // whose slot another id holds) goes to the coordinator, counted.
+    if (!LockBoard()) return;
+    std::vector<int64_t>& ids = hits[kGlobalProcessSet];
+    bool published = false;
+    if (!ids.empty() && board_->Usable(board_cursor_)) {
+      board_complete_.clear();
+      board_refused_.clear();
+      board_->Set(ids, internal::MonotonicNanos(), &board_complete_,
+                  &board_refused_);
+      counters_.board_hits += static_cast<int64_t>(ids.size() -
+                                                   board_refused_.size());
+      ids.swap(board_refused_);
+      published = board_->Publish(&board_complete_);
+    }
+    const bool send = lists[kGlobalProcessSet].requests_size() > 0 ||
+                      !ids.empty() || send_shutdown;
+    if (send && options_.rank != 0) board_->CountSent();
+    board_->Unlock();
+    if (!send) lists.erase(kGlobalProcessSet);
+    if (published) {
+      for (int r = 0; r < options_.size; ++r) {
+        if (r != options_.rank) control_->Ring(r);
+      }
+    }
+  }
   for (auto& [id, ids] : hits) {
     if (!ids.empty()) AddCacheHits(&ids, &lists[id]);
   }
@@ -208,6 +258,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     list.set_acked_seq(set.executed_seq);
     ++counters_.request_lists_sent;
     if (options_.rank == 0) {
+      if (board_ && id == kGlobalProcessSet) CloseBoard(set, now);
       set.coordinator->AddRequests(set.rank, std::move(list), now);
     } else {
       wire::ControlMessage message;
@@ -230,6 +281,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
   }
   // The global set goes last: at shutdown its list is the final one.
   std::rotate(sets.begin(), sets.begin() + 1, sets.end());
+  if (board_) TendBoard(*sets.back(), now, next_wakeup);
   const bool all_shutdown = sets.back()->coordinator->AllShutdown();
   ReportShutdownWaiting(*sets.back()->coordinator);
   for (auto& set : sets) {
@@ -263,6 +315,21 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
         *next_wakeup = std::min(*next_wakeup, batch_until);
       }
     }
+    if ((emit || (all_shutdown && set->id == kGlobalProcessSet)) && board_ &&
+        set->id == kGlobalProcessSet) {
+      // Note [Hits on the board]: a list is made while the board is
+      // closed, once this rank has executed the board's log to its end
+      // (this rank's cache is the coordinator's, which the list changes),
+      // and when the log has room for its marker.
+      CloseBoard(*set, now);
+      ExecuteBoard(done);
+      if (!fatal_status().ok() || *done) return;
+      if (board_cursor_ != board_->tail() || !board_->HasRoom(1)) {
+        // (The others free room as they execute; nobody rings for it.)
+        *next_wakeup = std::min(*next_wakeup, now + absl::Microseconds(100));
+        continue;
+      }
+    }
     if (emit || (all_shutdown && set->id == kGlobalProcessSet)) {
       wire::ResponseList list = c.TakeResponseList();
       // Every rank asked to shut down: the global set's list is the last
@@ -275,6 +342,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     *next_wakeup =
         std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
   }
+  if (board_) TendBoard(*sets.back(), now, next_wakeup);
 }
 
 void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
@@ -297,6 +365,26 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
 }
 
 void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list) {
+  const bool on_board = board_ && set.id == kGlobalProcessSet;
+  if (on_board) {
+    // Its marker, where every rank runs it (CoordinatorStep made room and
+    // executed the log to its end; the board is closed, so nobody else
+    // appends).
+    if (!LockBoard()) return;
+    const uint64_t at = board_->tail();
+    const bool appended = board_->AppendList(list.seq());
+    // Open again right after the marker if this list leaves the
+    // coordinator quiet: the ranks that execute it are then past the
+    // opening position before their next submissions.
+    if (appended) OpenBoardIfQuietLocked(*set.coordinator);
+    board_->Unlock();
+    if (!appended || at != board_cursor_) {
+      Fatal(absl::InternalError(absl::StrCat(
+          "hit board: response list ", list.seq(), " could not take its place "
+          "in the log (position ", at, ", executed ", board_cursor_, ")")));
+      return;
+    }
+  }
   if (control_) {
     if (list.shutdown()) control_->MarkShuttingDown();
     wire::ControlMessage message;
@@ -308,6 +396,7 @@ void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list)
     }
   }
   if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
+  if (on_board) board_->Executed(++board_cursor_);
 }
 
 void RuntimeImpl::ExecuteList(ProcessSetState& set,
@@ -426,6 +515,149 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
   // (those a device backend completes later are its own until then).
   queue_.Recycle(&entries);
   if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
+}
+
+bool RuntimeImpl::LockBoard() {
+  if (board_->Lock(absl::Now() + options_.op_timeout,
+                   [this] { return fatal_status().ok(); })) {
+    return true;
+  }
+  if (fatal_status().ok()) {
+    Fatal(absl::DeadlineExceededError(absl::StrCat(
+        "rank ", options_.rank, ": the hit board's lock was not free within ",
+        FormatSeconds(options_.op_timeout))));
+  }
+  return false;
+}
+
+void RuntimeImpl::ExecuteBoard(bool* done) {
+  std::shared_ptr<ProcessSetState> global;
+  {
+    MutexLock lock(&sets_mu_);
+    global = sets_.at(kGlobalProcessSet);
+  }
+  for (;;) {
+    const uint64_t tail = board_->tail();
+    while (board_cursor_ < tail) {
+      const HitBoardShared::Record& record = board_->record(board_cursor_);
+      if (record.kind == HitBoardShared::kIds) {
+        ExecuteBoardIds(*global, record);
+      } else {
+        auto it = board_lists_.find(record.list_seq);
+        if (it == board_lists_.end()) {
+          if (options_.rank == 0) {
+            Fatal(absl::InternalError(absl::StrCat(
+                "hit board: rank 0 found the marker of its own response list ",
+                record.list_seq, " unexecuted")));
+          }
+          return;  // Not here yet: its arrival rings this rank.
+        }
+        ExecuteList(*global, it->second, /*sent_here=*/false);
+        if (it->second.shutdown()) *done = true;
+        board_lists_.erase(it);
+      }
+      if (!fatal_status().ok()) return;
+      board_->Executed(++board_cursor_);
+      if (*done) return;
+    }
+    // Ids complete while the log was full: this rank may have made room.
+    if (!board_->ready_pending()) return;
+    if (!LockBoard()) return;
+    const bool flushed = board_->FlushReady();
+    board_->Unlock();
+    if (!flushed) return;
+    for (int r = 0; r < options_.size; ++r) {
+      if (r != options_.rank) control_->Ring(r);
+    }
+  }
+}
+
+void RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
+                                  const HitBoardShared::Record& record) {
+  // Every rank plans the same fusion: the same ids, the same cache (Note
+  // [Hits on the board]), the coordinator's threshold.
+  board_singles_.clear();
+  for (uint32_t i = 0; i < record.count; ++i) {
+    const wire::Response* cached = global.cache->CachedResponse(record.ids[i]);
+    if (!cached) {
+      Fatal(absl::InternalError(absl::StrCat(
+          "rank ", options_.rank, ": hit board names cache id ",
+          record.ids[i], ", which this rank's response cache does not hold")));
+      return;
+    }
+    board_singles_.push_back(cached);
+  }
+  ++counters_.board_records_executed;
+  for (const std::vector<size_t>& bucket :
+       PlanBuckets(board_singles_, board_->fusion_threshold_bytes(),
+                   global.size())) {
+    board_response_.Clear();
+    for (size_t i : bucket) board_response_.add_cache_ids(record.ids[i]);
+    ExecuteResponse(global, board_response_, /*apply_cache=*/false);
+    if (!fatal_status().ok()) return;
+  }
+}
+
+void RuntimeImpl::CloseBoard(ProcessSetState& global, absl::Time now) {
+  if (!LockBoard()) return;
+  board_pulled_.clear();
+  board_->Close(&board_pulled_);
+  board_->Unlock();
+  if (board_pulled_.empty()) return;
+  // Each bit becomes its rank's hit, as if it had come in a request list
+  // when it was set.
+  Coordinator& c = *global.coordinator;
+  const int64_t now_ns = internal::MonotonicNanos();
+  for (const HitBoard::Pulled& p : board_pulled_) {
+    wire::RequestList list;
+    list.set_process_set(kGlobalProcessSet);
+    list.set_acked_seq(c.acked(p.rank));
+    list.add_cached_ids(p.id);
+    c.AddRequests(p.rank, std::move(list),
+                  now - absl::Nanoseconds(std::max<int64_t>(0, now_ns - p.first_ns)));
+  }
+}
+
+void RuntimeImpl::TendBoard(ProcessSetState& global, absl::Time now,
+                            absl::Time* next_wakeup) {
+  Coordinator& c = *global.coordinator;
+  if (board_->open() && board_->partial() > 0) {
+    // A partly set id is the coordinator's once it is as old as its
+    // earliest check (time-out, stall report, stall shutdown).
+    absl::Duration limit = options_.op_timeout;
+    for (absl::Duration d :
+         {options_.stall_check_time, options_.stall_shutdown_time}) {
+      if (d > absl::ZeroDuration()) limit = std::min(limit, d);
+    }
+    const int64_t limit_ns = absl::ToInt64Nanoseconds(limit);
+    const int64_t now_ns = internal::MonotonicNanos();
+    int64_t oldest = board_->oldest_ns();
+    if (now_ns - oldest >= limit_ns) {
+      if (!LockBoard()) return;
+      oldest = board_->RescanOldest();
+      board_->Unlock();
+      if (now_ns - oldest >= limit_ns) CloseBoard(global, now);
+    }
+    if (board_->open() && board_->partial() > 0 &&
+        oldest != std::numeric_limits<int64_t>::max()) {
+      *next_wakeup = std::min(
+          *next_wakeup, now + absl::Nanoseconds(oldest + limit_ns - now_ns));
+    }
+  }
+  if (board_->open() || !c.Quiet()) return;
+  if (!LockBoard()) return;
+  OpenBoardIfQuietLocked(c);
+  board_->Unlock();
+}
+
+void RuntimeImpl::OpenBoardIfQuietLocked(const Coordinator& global) {
+  if (board_->open() || !global.Quiet()) return;
+  // Every request list a rank sent has arrived (none is on its way with
+  // hits the board would not see).
+  for (int r = 1; r < options_.size; ++r) {
+    if (board_->sent(r) != board_received_[r]) return;
+  }
+  board_->Open();
 }
 
 }  // namespace kolo

@@ -101,6 +101,15 @@ class Coordinator {
   // Set ranks that asked to shut down, ascending.
   const std::set<int>& ShutdownRanks() const { return shutdown_; }
   int size() const { return size_; }
+  // Nothing pending, partly hit, ready, joined, shutting down or recently
+  // failed: what the hit board needs to open (Note [Hits on the board]).
+  bool Quiet() const {
+    return pending_.empty() && partial_hits_ == 0 && ready_.empty() &&
+           groups_.empty() && joined_.empty() && shutdown_.empty() &&
+           recent_errors_.empty() && !ready_while_joined_;
+  }
+  // The last list seq set rank `rank` said it executed.
+  int64_t acked(int rank) const { return acked_[rank]; }
   // The coordinator's copy of the set's response cache.
   ResponseCache& cache() { return cache_; }
 

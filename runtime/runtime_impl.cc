@@ -271,8 +271,14 @@ absl::Status RuntimeImpl::Start() {
     auto local = AllOnHost(*store_, all, options_.rank, options_.start_timeout);
     if (!local.ok()) return local.status();
     if (*local) {
-      absl::Status shm = control_->EnableSharedMemory(*store_, deadline);
+      absl::Status shm = control_->EnableSharedMemory(
+          *store_, deadline, options_.hit_board,
+          options_.fusion_threshold_bytes);
       if (!shm.ok()) return shm;
+      board_ = control_->hit_board();
+      if (board_ && options_.rank == 0) {
+        board_received_.assign(options_.size, 0);
+      }
       if (Wakeup* doorbell = control_->doorbell()) {
         // Before the background thread starts; events that rang the old
         // word are seen by its first pass.
@@ -397,6 +403,8 @@ RuntimeStats RuntimeImpl::stats() const {
   s.response_lists_received = counters_.response_lists_received;
   s.collectives_executed = counters_.collectives_executed;
   s.tensors_executed = counters_.tensors_executed;
+  s.board_hits = counters_.board_hits;
+  s.board_records_executed = counters_.board_records_executed;
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
     if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();

@@ -21,6 +21,7 @@
 #include "kolo/store.h"
 #include "runtime/backend.h"
 #include "runtime/control/control_plane.h"
+#include "runtime/control/hit_board.h"
 #include "runtime/controller.h"
 #include "runtime/executor.h"
 #include "runtime/logging.h"
@@ -134,6 +135,25 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
                    bool sent_here);
   void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
                        bool apply_cache);
+  // Note [Hits on the board] (control/hit_board.h), background thread.
+  // Takes the board's lock; false (after Fatal) if the job ended first.
+  bool LockBoard();
+  // Executes the board's log from this rank's cursor, as far as the lists
+  // it names have arrived; *done at the final list.
+  void ExecuteBoard(bool* done);
+  // One record of ids: the cached responses, fused by the board's plan.
+  void ExecuteBoardIds(ProcessSetState& global,
+                       const HitBoardShared::Record& record);
+  // Coordinator: closes the board, its bits becoming the ranks' hits.
+  void CloseBoard(ProcessSetState& global, absl::Time now);
+  // Coordinator: opens it again once negotiation of the set is quiet, and
+  // moves old partly set ids to the coordinator for its time-outs and
+  // stall reports.
+  void TendBoard(ProcessSetState& global, absl::Time now,
+                 absl::Time* next_wakeup);
+  // Coordinator, board locked: opens it if `global` is quiet and every
+  // request list sent has arrived.
+  void OpenBoardIfQuietLocked(const Coordinator& global);
   void RegisterProcessSet(int id, std::vector<int> ranks);
   // Background thread, at the negotiated removal: fails the set's pending
   // work and drops the set (its backend closes with its last reference).
@@ -199,11 +219,24 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // SendRequests: per process set, the cache ids of one pass (storage kept
   // from pass to pass). Background thread only.
   std::map<int, std::vector<int64_t>> hits_to_send_;
+  // Note [Hits on the board]: the global set's board, or null (control
+  // over TCP, one rank, KOLO_HIT_BOARD=0 on rank 0); the records this rank
+  // has executed; response lists received before their marker; rank 0:
+  // request lists received per rank. Background thread only.
+  HitBoard* board_ = nullptr;
+  uint64_t board_cursor_ = 0;
+  std::map<int64_t, wire::ResponseList> board_lists_;
+  std::vector<uint64_t> board_received_;
+  std::vector<int64_t> board_complete_, board_refused_;
+  std::vector<HitBoard::Pulled> board_pulled_;
+  std::vector<const wire::Response*> board_singles_;
+  wire::Response board_response_;
 
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},
         request_lists_sent{0}, response_lists_received{0},
-        collectives_executed{0}, tensors_executed{0};
+        collectives_executed{0}, tensors_executed{0}, board_hits{0},
+        board_records_executed{0};
   } counters_;
   std::thread thread_;
 };

@@ -8,13 +8,15 @@ seconds="${1:-30}"
 # One clang output base per checkout (Bazel ties an output base to a
 # workspace).
 out_base="${KOLO_CLANG_OUTPUT_BASE:-$HOME/.cache/kolo-clang-$(pwd | md5sum | cut -c1-8)}"
-targets=(wire_fuzzer negotiation_fuzzer config_fuzzer store_fuzzer)
+targets=(wire_fuzzer negotiation_fuzzer board_fuzzer config_fuzzer store_fuzzer)
 bazel --output_base="$out_base" build --config=fuzz --symlink_prefix=bazel-clang- \
   $(printf '//tests/fuzz:%s ' "${targets[@]}") || exit 1
 bin="$(bazel --output_base="$out_base" info --config=fuzz bazel-bin 2>/dev/null)"
 status=0
 for t in "${targets[@]}"; do
   corpus="$(mktemp -d)"
+  # Seeds that reach states random bytes rarely do (tests/fuzz/corpus/<target>).
+  if [ -d "tests/fuzz/corpus/$t" ]; then cp "tests/fuzz/corpus/$t"/* "$corpus"/; fi
   log="$(mktemp)"
   # UBSan only reports by default: undefined behaviour counts as a crash.
   ubsan_options="halt_on_error=1:print_stacktrace=1"

@@ -426,7 +426,9 @@ std::vector<ControlEvent> ControlPlane::TakeEvents() {
 }
 
 absl::Status ControlPlane::EnableSharedMemory(Store& store,
-                                              absl::Time deadline) {
+                                              absl::Time deadline,
+                                              bool hit_board,
+                                              int64_t fusion_threshold_bytes) {
   if (size_ < 2) return absl::OkStatus();
   const absl::Duration timeout =
       std::max(absl::ZeroDuration(), deadline - absl::Now());
@@ -434,7 +436,8 @@ absl::Status ControlPlane::EnableSharedMemory(Store& store,
   if (rank_ == 0) {
     std::string name;
     auto created =
-        ShmControlSegment::Create(rank_, size_, kMaxControlFrame, &name);
+        ShmControlSegment::Create(rank_, size_, kMaxControlFrame, &name,
+                                  hit_board, fusion_threshold_bytes);
     absl::Status s = store.Set(kShmNameKey, created.ok() ? name : "");
     if (!s.ok()) {
       if (created.ok()) ShmControlSegment::Unlink(name);

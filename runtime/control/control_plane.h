@@ -94,13 +94,28 @@ class ControlPlane {
   // Every rank on one host: moves request and response lists to a shared
   // segment (Note [Control over shared memory] in shm_ring.h). Every rank
   // must call it, after Create(); if some rank cannot map the segment,
-  // every rank keeps TCP. Errors only when the store fails.
-  absl::Status EnableSharedMemory(Store& store, absl::Time deadline);
+  // every rank keeps TCP. Errors only when the store fails. Rank 0's
+  // `hit_board` and `fusion_threshold_bytes` decide for every rank whether
+  // the global set's hits go on the board (Note [Hits on the board] in
+  // hit_board.h) and how its records are fused.
+  absl::Status EnableSharedMemory(Store& store, absl::Time deadline,
+                                  bool hit_board = false,
+                                  int64_t fusion_threshold_bytes = 0);
   // The doorbell that peers ring when they send this rank a list over
   // shared memory; null without shared memory. The background thread
   // should wait on it (and local events should ring it).
   Wakeup* doorbell();
   bool shared_memory() const { return shm_.load() != nullptr; }
+  // The segment's hit board; null without shared memory or if rank 0 did
+  // not enable it. Background thread.
+  HitBoard* hit_board() {
+    ShmControlSegment* shm = shm_.load();
+    return shm ? shm->hit_board() : nullptr;
+  }
+  // Rings rank r's doorbell (shared memory only).
+  void Ring(int r) {
+    if (ShmControlSegment* shm = shm_.load()) shm->Notify(r);
+  }
 
   // Messages received since the last call, in arrival order. Background
   // thread only.

@@ -125,10 +125,12 @@ size_t ShmControlSegment::RingBytes(int size) {
 }
 
 // Layout: one cache line of magic and size, the ranks' ShmControlRank,
-// then per rank r > 0 its up ring and its down ring (header, then data).
+// then per rank r > 0 its up ring and its down ring (header, then data),
+// then the hit board.
 size_t ShmControlSegment::Bytes(int size) {
   const size_t ring = sizeof(ShmRingHeader) + RingBytes(size);
-  return 64 + sizeof(ShmControlRank) * size + 2 * ring * (size - 1);
+  return 64 + sizeof(ShmControlRank) * size + 2 * ring * (size - 1) +
+         HitBoard::Bytes();
 }
 
 ShmControlSegment::ShmControlSegment(std::unique_ptr<os::SharedSegment> segment,
@@ -152,6 +154,8 @@ ShmControlSegment::ShmControlSegment(std::unique_ptr<os::SharedSegment> segment,
       p += RingBytes(size);
     }
   }
+  board_ = std::make_unique<HitBoard>(reinterpret_cast<HitBoardShared*>(p),
+                                      rank, size);
 }
 
 void ShmControlSegment::SetLeaving(int r) {
@@ -163,12 +167,17 @@ bool ShmControlSegment::leaving(int r) const {
 }
 
 absl::StatusOr<std::unique_ptr<ShmControlSegment>> ShmControlSegment::Create(
-    int rank, int size, size_t max_message, std::string* name) {
+    int rank, int size, size_t max_message, std::string* name, bool hit_board,
+    int64_t fusion_threshold_bytes) {
   *name = os::SharedSegment::RandomName("kolo-ctl");
   absl::StatusOr<std::unique_ptr<os::SharedSegment>> segment =
       os::SharedSegment::Create(*name, Bytes(size));
   if (!segment.ok()) return segment.status();
   auto* magic = static_cast<uint64_t*>((*segment)->data());
+  HitBoard::Init(reinterpret_cast<HitBoardShared*>(
+                     static_cast<uint8_t*>((*segment)->data()) + Bytes(size) -
+                     HitBoard::Bytes()),
+                 size, hit_board, fusion_threshold_bytes);
   magic[1] = static_cast<uint64_t>(size);
   std::atomic_thread_fence(std::memory_order_release);
   magic[0] = kMagic;

@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "runtime/control/hit_board.h"
 #include "runtime/os/shared_segment.h"
 #include "runtime/sync/wakeup.h"
 
@@ -103,9 +104,12 @@ class ShmControlSegment {
   static size_t RingBytes(int size);
 
   // Creates a segment for `size` ranks under a fresh random name (returned
-  // in *name), mapped. Errors as os::SharedSegment::Create.
+  // in *name), mapped, with the global set's hit board (Note [Hits on the
+  // board] in hit_board.h) enabled if `hit_board`. Errors as
+  // os::SharedSegment::Create.
   static absl::StatusOr<std::unique_ptr<ShmControlSegment>> Create(
-      int rank, int size, size_t max_message, std::string* name);
+      int rank, int size, size_t max_message, std::string* name,
+      bool hit_board = false, int64_t fusion_threshold_bytes = 0);
   // Maps the segment `name` created for `size` ranks. Errors as
   // os::SharedSegment::Open, and FailedPrecondition when the segment is not
   // a control segment for `size` ranks.
@@ -132,6 +136,8 @@ class ShmControlSegment {
   // The coordinator sent (or is about to send) its final list.
   void SetCoordinatorDone() { SetLeaving(0); }
   bool coordinator_done() const { return leaving(0); }
+  // The hit board, or null if the creator did not enable it.
+  HitBoard* hit_board() { return board_->enabled() ? board_.get() : nullptr; }
 
  private:
   ShmControlSegment(std::unique_ptr<os::SharedSegment> segment, int rank,
@@ -144,6 +150,7 @@ class ShmControlSegment {
   ShmControlRank* ranks_;
   std::vector<std::unique_ptr<Wakeup>> doorbells_;
   std::vector<std::unique_ptr<ShmRing>> up_, down_;  // index 0 unused
+  std::unique_ptr<HitBoard> board_;
 };
 
 }  // namespace kolo

@@ -37,9 +37,14 @@ void Step(Runtime& rt, int tensors) {
   for (auto& g : grads) ASSERT_EQ(g[0], 1.0f);
 }
 
-TEST(ResponseCache, SteadyStateSendsNoRequestToTheCoordinator) {
+// Steady state with the hit board (Note [Hits on the board] in
+// runtime/control/hit_board.h; these runtimes share one host) and without.
+class SteadyState : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SteadyState, SendsNoRequestToTheCoordinator) {
+  const bool board = GetParam();
   const int n = 3, tensors = 200;
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(n, [&](Options& o) { o.hit_board = board; });
   OnEachRank(n, [&](int r) { Step(*rts[r], tensors); });
   std::vector<RuntimeStats> warm(n);
   for (int r = 0; r < n; ++r) warm[r] = rts[r]->stats();
@@ -49,12 +54,32 @@ TEST(ResponseCache, SteadyStateSendsNoRequestToTheCoordinator) {
     for (int i = 0; i < steps; ++i) Step(*rts[r], tensors);
   });
   const RuntimeStats steady = rts[0]->stats();
-  // Not one more full request: every rank sent cache ids only.
+  // Not one more full request: every rank sent cache ids only, to the
+  // coordinator or onto the board (which gives them to the coordinator
+  // when it closes), each counted once.
   EXPECT_EQ(steady.coordinator_requests_received,
             warm[0].coordinator_requests_received);
-  EXPECT_EQ(steady.coordinator_cache_hits_received -
-                warm[0].coordinator_cache_hits_received,
-            steps * n * tensors);
+  int64_t on_board = 0, records = 0;
+  for (int r = 0; r < n; ++r) {
+    const RuntimeStats st = rts[r]->stats();
+    EXPECT_EQ(st.cache_hits_sent - warm[r].cache_hits_sent, steps * tensors)
+        << "rank " << r;
+    on_board += st.board_hits - warm[r].board_hits;
+    records += st.board_records_executed - warm[r].board_records_executed;
+  }
+  const int64_t at_coordinator = steady.coordinator_cache_hits_received -
+                                 warm[0].coordinator_cache_hits_received;
+  if (board) {
+    // After the first step the board opens once the coordinator is quiet,
+    // before any rank has its Works back: every later step is the board's.
+    EXPECT_EQ(on_board, steps * n * tensors);
+    EXPECT_EQ(at_coordinator, 0);
+    EXPECT_GE(records, n * steps);
+  } else {
+    EXPECT_EQ(on_board, 0);
+    EXPECT_EQ(records, 0);
+    EXPECT_EQ(at_coordinator, steps * n * tensors);
+  }
   int64_t lists_in = 0;
   for (int r = 0; r < n; ++r) {
     EXPECT_EQ(rts[r]->stats().requests_sent, tensors) << "rank " << r;
@@ -63,13 +88,20 @@ TEST(ResponseCache, SteadyStateSendsNoRequestToTheCoordinator) {
   const int64_t lists_out =
       rts[1]->stats().response_lists_received - warm[1].response_lists_received;
   // Reported, not asserted: it depends on timing.
-  std::printf("steady state, %d tensors on %d ranks: per step %.1f request "
-              "lists reach the coordinator and each rank receives %.1f "
-              "response lists\n",
-              tensors, n, lists_in / static_cast<double>(steps),
-              lists_out / static_cast<double>(steps));
+  std::printf("steady state, %d tensors on %d ranks, board %s: per step "
+              "%.1f request lists reach the coordinator, each rank receives "
+              "%.1f response lists, %.1f board records\n",
+              tensors, n, board ? "on" : "off",
+              lists_in / static_cast<double>(steps),
+              lists_out / static_cast<double>(steps),
+              records / static_cast<double>(n * steps));
   testing::ShutdownJob(rts);
 }
+
+INSTANTIATE_TEST_SUITE_P(Board, SteadyState, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "BoardOn" : "BoardOff";
+                         });
 
 TEST(ResponseCache, CapacityZeroSendsFullRequestsEveryStep) {
   const int n = 2, tensors = 20;
@@ -170,6 +202,42 @@ TEST(Stall, ShutdownTimeFailsEveryRank) {
     const absl::Status later = w.ok() ? w->Wait(absl::Seconds(20)) : w.status();
     EXPECT_EQ(later.code(), absl::StatusCode::kDeadlineExceeded) << later;
     EXPECT_THAT(std::string(later.message()), HasSubstr("stalled"));
+  }
+  for (auto& rt : rts) rt->Abort();
+}
+
+// A cached name that one rank stops submitting: its bits wait on the hit
+// board, which hands them to the coordinator when they are as old as the
+// stall check, so the stall report and the stall shutdown still name the
+// rank.
+TEST(Stall, CachedNameOnTheBoardNamesTheMissingRank) {
+  const int n = 3;
+  auto rts = testing::StartJob(n, [](Options& o) {
+    o.stall_check_time = absl::Milliseconds(200);
+    o.stall_shutdown_time = absl::Seconds(1);
+  });
+  std::vector<std::vector<float>> a(n, std::vector<float>(4, 1.0f));
+  auto submit = [&](int r) {
+    AllreduceRequest req;
+    req.name = "A";
+    req.input = req.output = TensorView(a[r].data(), DataType::kFloat32, {4});
+    return rts[r]->Allreduce(req);
+  };
+  OnEachRank(n, [&](int r) {
+    for (int i = 0; i < 3; ++i) {
+      auto w = submit(r);
+      ASSERT_TRUE(w.ok()) << w.status();
+      ASSERT_TRUE(w->Wait(absl::Seconds(20)).ok());
+    }
+  });
+  ASSERT_GT(rts[0]->stats().board_hits, 0) << "the cached name never used the board";
+  auto w0 = submit(0);
+  auto w1 = submit(1);  // rank 2 never does
+  ASSERT_TRUE(w0.ok() && w1.ok());
+  for (Work* w : {&*w0, &*w1}) {
+    const absl::Status s = w->Wait(absl::Seconds(20));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("for rank 2 to submit it"));
   }
   for (auto& rt : rts) rt->Abort();
 }

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "kolo/types.h"
+#include "runtime/control/hit_board.h"
 #include "runtime/controller.h"
 #include "runtime/wire.pb.h"
 
@@ -243,6 +245,64 @@ double HostAnd(const Flags& flags, Coordinator& reference) {
   return us[us.size() / 2];
 }
 
+// The within-host AND as the runtime does it (Note [Hits on the board] in
+// runtime/control/hit_board.h): each of the host's ranks takes the board's
+// lock and sets its bits for the step's ids, the last one appends the
+// record, every rank reads it. One host's cycle, all its ranks' work
+// summed (one thread plays them in turn), in µs (median). -1 if the host
+// has more ranks than the board serves.
+double BoardCycle(const Flags& flags, Coordinator& reference) {
+  const int local = flags.ranks_per_host;
+  if (local < 2 || local > HitBoardShared::kMaxRanks) return -1;
+  auto shared = std::make_unique<HitBoardShared>();
+  HitBoard::Init(shared.get(), local, true, 64 << 20);
+  std::vector<std::unique_ptr<HitBoard>> boards;
+  std::vector<std::vector<int64_t>> ids(local);
+  for (int r = 0; r < local; ++r) {
+    boards.push_back(std::make_unique<HitBoard>(shared.get(), r, local));
+    for (int k = 0; k < flags.tensors; ++k) {
+      ids[r].push_back(reference.cache().Lookup(
+          GradientRequest(r, (k + r) % flags.tensors)));
+    }
+  }
+  {
+    HitBoard& b = *boards[0];
+    b.Lock(absl::InfiniteFuture(), [] { return true; });
+    b.Open();
+    b.Unlock();
+  }
+  std::vector<double> us;
+  std::vector<int64_t> complete, refused;
+  uint64_t cursor = 0;
+  int64_t sum = 0;
+  for (int c = 0; c < flags.cycles; ++c) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < local; ++r) {
+      HitBoard& b = *boards[r];
+      complete.clear();
+      refused.clear();
+      b.Lock(absl::InfiniteFuture(), [] { return true; });
+      b.Set(ids[r], c, &complete, &refused);
+      if (!complete.empty()) b.Publish(&complete);
+      b.Unlock();
+    }
+    const uint64_t tail = boards[0]->tail();
+    for (int r = 0; r < local; ++r) {
+      for (uint64_t pos = cursor; pos < tail; ++pos) {
+        const HitBoardShared::Record& rec = boards[r]->record(pos);
+        for (uint32_t i = 0; i < rec.count; ++i) sum += rec.ids[i];
+      }
+      boards[r]->Executed(tail);
+    }
+    cursor = tail;
+    const auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  if (sum == 42) std::printf("#\n");  // keeps the reads
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 }  // namespace
 }  // namespace kolo
 
@@ -262,12 +322,15 @@ int main(int argc, char** argv) {
       flags.tensors, flags.cycles);
   std::printf(
       "# hier: steady state negotiated by host leaders (%d ranks per host):\n"
-      "# one host's AND of its ranks' lists + the coordinator over hosts\n",
+      "# one host's AND of its ranks' lists + the coordinator over hosts\n"
+      "# (simulated: the runtime has no tier across hosts); board: one\n"
+      "# host's steady cycle on the runtime's hit board, every local rank's\n"
+      "# share summed (the within-host AND as built)\n",
       flags.ranks_per_host);
-  std::printf("# %6s | %11s %9s %9s | %11s %9s %9s | %11s | %9s | %9s %9s\n",
-              "ranks", "steady(us)", "us/rank", "req(B)", "cold(us)",
-              "us/rank", "req(B)", "first(us)", "resp(B)", "hier(us)",
-              "host(us)");
+  std::printf(
+      "# %6s | %11s %9s %9s | %11s %9s %9s | %11s | %9s | %9s %9s | %9s\n",
+      "ranks", "steady(us)", "us/rank", "req(B)", "cold(us)", "us/rank",
+      "req(B)", "first(us)", "resp(B)", "hier(us)", "host(us)", "board(us)");
   // A cache with the tensors' ids, for the host leaders' lists.
   kolo::Coordinator reference = kolo::MakeCoordinator(1, 1024);
   {
@@ -277,6 +340,7 @@ int main(int argc, char** argv) {
                 &responses);
   }
   const double host_us = kolo::HostAnd(flags, reference);
+  const double board_us = kolo::BoardCycle(flags, reference);
   for (int ranks : flags.ranks) {
     double first = 0;
     const auto steady = kolo::Measure(ranks, flags, /*steady=*/true, &first);
@@ -289,11 +353,11 @@ int main(int argc, char** argv) {
                           : kolo::CycleCost();
     std::printf(
         "  %6d | %11.1f %9.3f %9zu | %11.1f %9.3f %9zu | %11.1f | %9zu | "
-        "%9.1f %9.1f\n",
+        "%9.1f %9.1f | %9.1f\n",
         ranks, steady.median_us, steady.median_us / ranks,
         steady.request_bytes_per_rank, cold.median_us, cold.median_us / ranks,
         cold.request_bytes_per_rank, first, steady.response_bytes,
-        host_us + over_hosts.median_us, host_us);
+        host_us + over_hosts.median_us, host_us, board_us);
     std::fflush(stdout);
   }
   return 0;

@@ -103,6 +103,11 @@ struct Options {
 
   // --- Data paths. ---
   bool shm = true;                    // KOLO_SHM
+  // The global set's cache hits ANDed in the shared-memory control segment
+  // instead of at the coordinator, when every rank is on one host (Note
+  // [Hits on the board] in runtime/control/hit_board.h); rank 0's value
+  // decides for the job.
+  bool hit_board = true;              // KOLO_HIT_BOARD
   bool hierarchical_allreduce = false;  // KOLO_HIERARCHICAL_ALLREDUCE
 
   // --- Elastic jobs (docs/elastic.md; kolorun sets both). ---

@@ -105,6 +105,10 @@ std::vector<int64_t> ReducescatterShape(const std::vector<int64_t>& input,
 struct RuntimeStats {
   int64_t requests_sent = 0;        // full requests sent to the coordinator
   int64_t cache_hits_sent = 0;      // requests sent as response-cache ids
+  // Of those, set on the shared-memory hit board (one host), not sent to
+  // the coordinator; and the board's records of ready ids executed.
+  int64_t board_hits = 0;
+  int64_t board_records_executed = 0;
   int64_t request_lists_sent = 0;   // control messages to the coordinator
   int64_t response_lists_received = 0;
   int64_t collectives_executed = 0; // backend collectives (after fusion)
