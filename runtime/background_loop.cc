@@ -105,10 +105,10 @@ void RuntimeImpl::BackgroundLoop() {
               static_cast<int>(me - set->ranks.begin()), std::move(list), now);
         } else if (!coordinator && event.message.has_response_list()) {
           wire::ResponseList& list = *event.message.mutable_response_list();
-          if (board_ && list.process_set() == kGlobalProcessSet) {
+          if (board_) {
             // Runs at its marker in the board's log.
-            const int64_t seq = list.seq();
-            board_lists_.emplace(seq, std::move(list));
+            const auto key = std::make_pair(list.process_set(), list.seq());
+            board_lists_.emplace(key, std::move(list));
             continue;
           }
           std::shared_ptr<ProcessSetState> set;
@@ -315,16 +315,15 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
         *next_wakeup = std::min(*next_wakeup, batch_until);
       }
     }
-    if ((emit || (all_shutdown && set->id == kGlobalProcessSet)) && board_ &&
-        set->id == kGlobalProcessSet) {
-      // Note [Hits on the board]: a list is made while the board is
-      // closed, once this rank has executed the board's log to its end
-      // (this rank's cache is the coordinator's, which the list changes),
-      // and when the log has room for its marker.
-      CloseBoard(*set, now);
+    if ((emit || (all_shutdown && set->id == kGlobalProcessSet)) && board_) {
+      // Note [Hits on the board]: a list is made once this rank has
+      // executed the board's log to its end (this rank's caches are the
+      // coordinators', which the list changes) and when the log has room
+      // for its marker; the global set's, while the board is closed.
+      if (set->id == kGlobalProcessSet) CloseBoard(*set, now);
       ExecuteBoard(done);
       if (!fatal_status().ok() || *done) return;
-      if (board_cursor_ != board_->tail() || !board_->HasRoom(1)) {
+      if (!board_->HasRoom(1)) {
         // (The others free room as they execute; nobody rings for it.)
         *next_wakeup = std::min(*next_wakeup, now + absl::Microseconds(100));
         continue;
@@ -365,23 +364,33 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
 }
 
 void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list) {
-  const bool on_board = board_ && set.id == kGlobalProcessSet;
-  if (on_board) {
-    // Its marker, where every rank runs it (CoordinatorStep made room and
-    // executed the log to its end; the board is closed, so nobody else
-    // appends).
-    if (!LockBoard()) return;
-    const uint64_t at = board_->tail();
-    const bool appended = board_->AppendList(list.seq());
-    // Open again right after the marker if this list leaves the
-    // coordinator quiet: the ranks that execute it are then past the
-    // opening position before their next submissions.
-    if (appended) OpenBoardIfQuietLocked(*set.coordinator);
-    board_->Unlock();
-    if (!appended || at != board_cursor_) {
+  if (board_) {
+    // Its marker, where every rank runs it, appended once this rank has
+    // executed the log to its end (it runs the list right here). While
+    // the board is closed (always for the global set's lists) nobody else
+    // appends; while it is open others may append ids, which need this
+    // rank's bits too: executing what they appended ends.
+    bool appended = false;
+    for (;;) {
+      if (!LockBoard()) return;
+      const bool at_end = board_->tail() == board_cursor_;
+      if (at_end) appended = board_->AppendList(list.seq(), set.id);
+      // Open again right after the marker if this list leaves the
+      // coordinator quiet: the ranks that execute it are then past the
+      // opening position before their next submissions.
+      if (appended && set.id == kGlobalProcessSet) {
+        OpenBoardIfQuietLocked(*set.coordinator);
+      }
+      board_->Unlock();
+      if (at_end) break;
+      bool unused_done = false;  // (only the global set's lists end a job)
+      ExecuteBoard(&unused_done);
+      if (!fatal_status().ok()) return;
+    }
+    if (!appended) {
       Fatal(absl::InternalError(absl::StrCat(
-          "hit board: response list ", list.seq(), " could not take its place "
-          "in the log (position ", at, ", executed ", board_cursor_, ")")));
+          "hit board: no room in the log for response list ", list.seq(),
+          " of process set ", set.id)));
       return;
     }
   }
@@ -396,7 +405,7 @@ void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list)
     }
   }
   if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
-  if (on_board) board_->Executed(++board_cursor_);
+  if (board_) board_->Executed(++board_cursor_);
 }
 
 void RuntimeImpl::ExecuteList(ProcessSetState& set,
@@ -543,18 +552,31 @@ void RuntimeImpl::ExecuteBoard(bool* done) {
       if (record.kind == HitBoardShared::kIds) {
         ExecuteBoardIds(*global, record);
       } else {
-        auto it = board_lists_.find(record.list_seq);
-        if (it == board_lists_.end()) {
-          if (options_.rank == 0) {
-            Fatal(absl::InternalError(absl::StrCat(
-                "hit board: rank 0 found the marker of its own response list ",
-                record.list_seq, " unexecuted")));
-          }
-          return;  // Not here yet: its arrival rings this rank.
+        std::shared_ptr<ProcessSetState> set;
+        {
+          MutexLock lock(&sets_mu_);
+          auto found = sets_.find(record.process_set);
+          if (found != sets_.end()) set = found->second;
         }
-        ExecuteList(*global, it->second, /*sent_here=*/false);
-        if (it->second.shutdown()) *done = true;
-        board_lists_.erase(it);
+        if (options_.rank == 0) {
+          Fatal(absl::InternalError(absl::StrCat(
+              "hit board: rank 0 found the marker of its own response list ",
+              record.list_seq, " of process set ", record.process_set,
+              " unexecuted")));
+          return;
+        }
+        if (set && set->member()) {  // Others' sets: nothing comes.
+          auto it =
+              board_lists_.find(std::make_pair(set->id, record.list_seq));
+          if (it == board_lists_.end()) {
+            return;  // Not here yet: its arrival rings this rank.
+          }
+          ExecuteList(*set, it->second, /*sent_here=*/false);
+          if (it->second.shutdown() && set->id == kGlobalProcessSet) {
+            *done = true;
+          }
+          board_lists_.erase(it);
+        }
       }
       if (!fatal_status().ok()) return;
       board_->Executed(++board_cursor_);

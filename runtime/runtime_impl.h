@@ -139,7 +139,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // Takes the board's lock; false (after Fatal) if the job ended first.
   bool LockBoard();
   // Executes the board's log from this rank's cursor, as far as the lists
-  // it names have arrived; *done at the final list.
+  // it names have arrived (those of sets this rank is not in are skipped);
+  // *done at the final list.
   void ExecuteBoard(bool* done);
   // One record of ids: the cached responses, fused by the board's plan.
   void ExecuteBoardIds(ProcessSetState& global,
@@ -221,11 +222,12 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::map<int, std::vector<int64_t>> hits_to_send_;
   // Note [Hits on the board]: the global set's board, or null (control
   // over TCP, one rank, KOLO_HIT_BOARD=0 on rank 0); the records this rank
-  // has executed; response lists received before their marker; rank 0:
+  // has executed; response lists (by set and seq) received before their
+  // marker; rank 0:
   // request lists received per rank. Background thread only.
   HitBoard* board_ = nullptr;
   uint64_t board_cursor_ = 0;
-  std::map<int64_t, wire::ResponseList> board_lists_;
+  std::map<std::pair<int, int64_t>, wire::ResponseList> board_lists_;
   std::vector<uint64_t> board_received_;
   std::vector<int64_t> board_complete_, board_refused_;
   std::vector<HitBoard::Pulled> board_pulled_;

@@ -123,6 +123,7 @@ void HitBoard::AppendIds(const int64_t* ids, size_t n) {
     r.kind = HitBoardShared::kIds;
     r.count = static_cast<uint32_t>(k);
     r.list_seq = 0;
+    r.process_set = 0;
     std::memcpy(r.ids, ids, k * sizeof(int64_t));
     ids += k;
     n -= k;
@@ -170,13 +171,14 @@ void HitBoard::Open() {
   shared_->open = 1;
 }
 
-bool HitBoard::AppendList(int64_t seq) {
+bool HitBoard::AppendList(int64_t seq, int process_set) {
   if (!HasRoom(1)) return false;
   const uint64_t tail = shared_->tail.load(std::memory_order_relaxed);
   HitBoardShared::Record& r = shared_->records[tail % HitBoardShared::kRecords];
   r.kind = HitBoardShared::kList;
   r.count = 0;
   r.list_seq = seq;
+  r.process_set = process_set;
   shared_->tail.store(tail + 1, std::memory_order_release);
   return true;
 }

@@ -15,12 +15,14 @@
 // (the fusion threshold is the coordinator's, in the segment). No message,
 // no coordinator, no per-name work.
 //
-// The coordinator stays the source of truth. Its response lists for the
-// global set are entered in the same log (a marker with the list's seq,
-// the list itself still travels through the ring), so that a rank runs
-// lists and board records in one order, the order of the log. Markers are
-// appended only while the board is closed; while it is closed, hits go to
-// the coordinator as before. The coordinator closes the board whenever
+// The coordinator stays the source of truth. Its response lists, of every
+// process set, are entered in the same log (a marker with the list's set
+// and seq; the list itself still travels through the ring), so that a
+// rank runs lists and board records in one order, the order of the log
+// (two sets' collectives run in different orders on two ranks would block
+// each in a different one). The global set's markers are appended only
+// while the board is closed; while it is closed, hits go to the
+// coordinator as before. The coordinator closes the board whenever
 // anything reaches it for the global set (a request list: a new or
 // changed name, a join, a shutdown, hits a rank could not set), when a
 // partly set id is older than the stall or op-timeout checks allow, and
@@ -67,7 +69,7 @@ struct HitBoardShared {
   static constexpr int kMaxRanks = 64;      // bits per slot
   static constexpr int kSlots = 4096;       // id mod kSlots
   static constexpr int kRecords = 128;      // the log's capacity
-  static constexpr int kRecordIds = 510;    // ids per record
+  static constexpr int kRecordIds = 509;    // ids per record
   enum Kind : uint32_t { kIds = 1, kList = 2 };
   struct Slot {
     int64_t id;
@@ -78,8 +80,10 @@ struct HitBoardShared {
   };
   struct Record {
     uint32_t kind;
-    uint32_t count;    // kIds: ids used
-    int64_t list_seq;  // kList: the response list's seq
+    uint32_t count;       // kIds: ids used
+    int64_t list_seq;     // kList: the response list's seq
+    int32_t process_set;  // kList: the list's process set
+    int32_t unused;
     int64_t ids[kRecordIds];
   };
   // Written by the creator before any other rank maps the segment.
@@ -157,8 +161,9 @@ class HitBoard {
   // Opens it at the current end of the log. Requires it to be empty
   // (after Close nobody sets bits).
   void Open();
-  // Appends a marker for response list `seq`; false if the log is full.
-  bool AppendList(int64_t seq);
+  // Appends a marker for response list `seq` of `process_set`; false if
+  // the log is full.
+  bool AppendList(int64_t seq, int process_set = 0);
   bool HasRoom(uint64_t records) const;
   // The earliest first bit of a partly set id, by a scan; also resets the
   // lower bound that oldest_ns() returns.

@@ -31,7 +31,13 @@ struct Op {
   int64_t len = 0;
   int odd_rank = -1;  // this rank submits len + 1: a shape mismatch
   int root = 0;
+  int process_set = kGlobalProcessSet;  // 1: ranks 0 and 1 only
 };
+
+constexpr int kPairSet = 1;  // the startup set {0, 1}
+bool InSet(const Op& op, int rank) {
+  return op.process_set == kGlobalProcessSet || rank < 2;
+}
 
 // The program: the same for every rank (drawn from `seed` alone).
 std::vector<std::vector<Op>> Program(int n, uint32_t seed, int steps) {
@@ -59,6 +65,17 @@ std::vector<std::vector<Op>> Program(int n, uint32_t seed, int steps) {
       op.len = 3 + s;
       program[s].push_back(op);
     }
+    for (int k = 0; k < 4; ++k) {
+      // Collectives of another set between the global set's: every rank
+      // must run the two sets' collectives in one order, or two ranks
+      // block in different ones.
+      if (s > 0 && !chance(0.8)) continue;
+      Op op;
+      op.name = absl::StrCat("s/", k);
+      op.len = 2 + k;
+      op.process_set = kPairSet;
+      program[s].push_back(op);
+    }
     for (int k = 0; k < 3; ++k) {
       if (s > 0 && !chance(0.7)) continue;
       Op op;
@@ -80,7 +97,10 @@ float Value(int rank, int step, int64_t i) {
 std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
   const int steps = 30;
   const std::vector<std::vector<Op>> program = Program(n, seed, steps);
-  auto rts = testing::StartJob(n, [&](Options& o) { o.hit_board = board; });
+  auto rts = testing::StartJob(n, [&](Options& o) {
+    o.hit_board = board;
+    o.process_sets = {{0, 1}};
+  });
   OnEachRank(n, [&](int r) {
     Runtime& rt = *rts[r];
     std::mt19937 order_rng(seed * 977 + r);
@@ -93,6 +113,7 @@ std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
       std::vector<Work> works(ops.size());
       for (size_t i : order) {
         const Op& op = ops[i];
+        if (!InSet(op, r)) continue;
         const int64_t len = op.len + (op.odd_rank == r ? 1 : 0);
         data[i].resize(len);
         for (int64_t e = 0; e < len; ++e) data[i][e] = Value(r, s, e);
@@ -102,6 +123,7 @@ std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
           AllreduceRequest req;
           req.name = op.name;
           req.input = req.output = view;
+          req.process_set = op.process_set;
           w = rt.Allreduce(req);
         } else {
           BroadcastRequest req;
@@ -118,6 +140,7 @@ std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
       }
       for (size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
+        if (!InSet(op, r)) continue;
         const absl::Status st = works[i].Wait(absl::Seconds(30));
         const std::string where =
             absl::StrCat("rank ", r, " step ", s, " ", op.name);
@@ -132,7 +155,8 @@ std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
         for (int64_t e = 0; e < op.len; ++e) {
           float want = 0;
           if (op.kind == Op::kAllreduce) {
-            for (int q = 0; q < n; ++q) want += Value(q, s, e);
+            const int members = op.process_set == kGlobalProcessSet ? n : 2;
+            for (int q = 0; q < members; ++q) want += Value(q, s, e);
           } else {
             want = Value(op.root, s, e);
           }
