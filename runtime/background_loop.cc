@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -211,6 +212,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     if (!LockBoard()) return;
     std::vector<int64_t>& ids = hits[kGlobalProcessSet];
     bool published = false;
+    bool full = false;  // complete ids left ready: the log is full
     if (!ids.empty() && board_->Usable(board_cursor_)) {
       board_complete_.clear();
       board_refused_.clear();
@@ -220,13 +222,20 @@ void RuntimeImpl::SendRequests(absl::Time now) {
                                                    board_refused_.size());
       ids.swap(board_refused_);
       published = board_->Publish(&board_complete_);
+      if (!published && !board_complete_.empty()) full = true;
+    }
+    if (board_->ready_pending()) {
+      published = board_->FlushReady() || published;
+      full = full || board_->ready_pending();
     }
     const bool send = lists[kGlobalProcessSet].requests_size() > 0 ||
                       !ids.empty() || send_shutdown;
     if (send && options_.rank != 0) board_->CountSent();
     board_->Unlock();
     if (!send) lists.erase(kGlobalProcessSet);
-    if (published) {
+    // Full: the ranks that have not executed the log must run (ranks
+    // outside a set wait for nothing when only its markers are left).
+    if (published || full) {
       for (int r = 0; r < options_.size; ++r) {
         if (r != options_.rank) control_->Ring(r);
       }
@@ -283,6 +292,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
   std::rotate(sets.begin(), sets.begin() + 1, sets.end());
   if (board_) TendBoard(*sets.back(), now, next_wakeup);
   const bool all_shutdown = sets.back()->coordinator->AllShutdown();
+  bool list_deferred = false;  // a set's list waits for room in the log
   ReportShutdownWaiting(*sets.back()->coordinator);
   for (auto& set : sets) {
     Coordinator& c = *set->coordinator;
@@ -323,8 +333,13 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
       if (set->id == kGlobalProcessSet) CloseBoard(*set, now);
       ExecuteBoard(done);
       if (!fatal_status().ok() || *done) return;
-      if (!board_->HasRoom(1)) {
-        // (The others free room as they execute; nobody rings for it.)
+      // The final list never overtakes a list of another set that waits
+      // for room (this step's global set comes last).
+      if (!board_->HasRoom(1) || (list_deferred && all_shutdown)) {
+        // The others free room as they execute: wake them all (ranks
+        // outside the set have nothing else to wake them), look again.
+        list_deferred = true;
+        for (int r = 1; r < options_.size; ++r) control_->Ring(r);
         *next_wakeup = std::min(*next_wakeup, now + absl::Microseconds(100));
         continue;
       }
@@ -615,7 +630,9 @@ void RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
                    global.size())) {
     board_response_.Clear();
     for (size_t i : bucket) board_response_.add_cache_ids(record.ids[i]);
-    ExecuteResponse(global, board_response_, /*apply_cache=*/false);
+    // Touched in every rank's cache here, rank 0's (the coordinator's)
+    // included (Note [Hits on the board]).
+    ExecuteResponse(global, board_response_, /*apply_cache=*/true);
     if (!fatal_status().ok()) return;
   }
 }
@@ -627,30 +644,44 @@ void RuntimeImpl::CloseBoard(ProcessSetState& global, absl::Time now) {
   board_->Unlock();
   if (board_pulled_.empty()) return;
   // Each bit becomes its rank's hit, as if it had come in a request list
-  // when it was set.
+  // when its id's first bit was set: one list per rank and first time.
+  std::sort(board_pulled_.begin(), board_pulled_.end(),
+            [](const HitBoard::Pulled& a, const HitBoard::Pulled& b) {
+              return std::tie(a.rank, a.first_ns, a.id) <
+                     std::tie(b.rank, b.first_ns, b.id);
+            });
   Coordinator& c = *global.coordinator;
   const int64_t now_ns = internal::MonotonicNanos();
-  for (const HitBoard::Pulled& p : board_pulled_) {
+  for (size_t i = 0; i < board_pulled_.size();) {
+    const HitBoard::Pulled& first = board_pulled_[i];
     wire::RequestList list;
     list.set_process_set(kGlobalProcessSet);
-    list.set_acked_seq(c.acked(p.rank));
-    list.add_cached_ids(p.id);
-    c.AddRequests(p.rank, std::move(list),
-                  now - absl::Nanoseconds(std::max<int64_t>(0, now_ns - p.first_ns)));
+    list.set_acked_seq(c.acked(first.rank));
+    for (; i < board_pulled_.size() && board_pulled_[i].rank == first.rank &&
+           board_pulled_[i].first_ns == first.first_ns;
+         ++i) {
+      list.add_cached_ids(board_pulled_[i].id);
+    }
+    c.AddRequests(first.rank, std::move(list),
+                  now - absl::Nanoseconds(
+                            std::max<int64_t>(0, now_ns - first.first_ns)));
   }
 }
 
 void RuntimeImpl::TendBoard(ProcessSetState& global, absl::Time now,
                             absl::Time* next_wakeup) {
   Coordinator& c = *global.coordinator;
+  // A partly set id is the coordinator's once it is as old as its
+  // earliest check (time-out, stall report, stall shutdown). Setting a bit
+  // rings nobody, so while the board is open this rank looks at least
+  // that often (a rank 0 that stops submitting must be reported too).
+  absl::Duration limit = options_.op_timeout;
+  for (absl::Duration d :
+       {options_.stall_check_time, options_.stall_shutdown_time}) {
+    if (d > absl::ZeroDuration()) limit = std::min(limit, d);
+  }
+  if (board_->open()) *next_wakeup = std::min(*next_wakeup, now + limit);
   if (board_->open() && board_->partial() > 0) {
-    // A partly set id is the coordinator's once it is as old as its
-    // earliest check (time-out, stall report, stall shutdown).
-    absl::Duration limit = options_.op_timeout;
-    for (absl::Duration d :
-         {options_.stall_check_time, options_.stall_shutdown_time}) {
-      if (d > absl::ZeroDuration()) limit = std::min(limit, d);
-    }
     const int64_t limit_ns = absl::ToInt64Nanoseconds(limit);
     const int64_t now_ns = internal::MonotonicNanos();
     int64_t oldest = board_->oldest_ns();

@@ -97,7 +97,11 @@ void HitBoard::Set(const std::vector<int64_t>& ids, int64_t now_ns,
     s.mask |= me;
     if (s.mask == all_) {
       s.ready = 1;
-      shared_->ready.fetch_add(1, std::memory_order_relaxed);
+      // seq_cst, with Room()'s loads of the heads and a reader's store of
+      // its head before its load of `ready` (ready_pending): either the
+      // writer sees the room the reader made or the reader sees the ready
+      // ids and flushes them.
+      shared_->ready.fetch_add(1, std::memory_order_seq_cst);
       complete->push_back(id);
     }
   }
@@ -107,7 +111,7 @@ uint64_t HitBoard::Room() const {
   const uint64_t tail = shared_->tail.load(std::memory_order_relaxed);
   uint64_t low = tail;
   for (int r = 0; r < size_; ++r) {
-    low = std::min(low, shared_->heads[r].pos.load(std::memory_order_acquire));
+    low = std::min(low, shared_->heads[r].pos.load(std::memory_order_seq_cst));
   }
   return HitBoardShared::kRecords - (tail - low);
 }
@@ -136,7 +140,9 @@ bool HitBoard::Publish(std::vector<int64_t>* ids) {
   if (ids->empty()) return false;
   const uint64_t need =
       (ids->size() + HitBoardShared::kRecordIds - 1) / HitBoardShared::kRecordIds;
-  if (!HasRoom(need)) return false;
+  // One record stays free for the coordinator's next marker: once rank 0
+  // has seen room for it, nobody else takes it.
+  if (!HasRoom(need + 1)) return false;
   std::sort(ids->begin(), ids->end());
   AppendIds(ids->data(), ids->size());
   for (int64_t id : *ids) ClearSlot(slot(id));

@@ -25,8 +25,9 @@
 // coordinator as before. The coordinator closes the board whenever
 // anything reaches it for the global set (a request list: a new or
 // changed name, a join, a shutdown, hits a rank could not set), when a
-// partly set id is older than the stall or op-timeout checks allow, and
-// before it sends a list; closing moves every bit on the board into the
+// partly set id is older than the stall or op-timeout checks allow (rank
+// 0 wakes at least that often while the board is open), and before it
+// sends a list of the global set; closing moves every bit on the board into the
 // coordinator as the hits of their ranks (with the time of each id's
 // first bit), so that nothing is half on the board and half at the
 // coordinator. It opens the board again when its own side is quiet
@@ -36,18 +37,24 @@
 // after every marker of the lists made while closed: a rank uses the board
 // only once it has executed that far, so every rank that sets a bit has
 // applied the same cache changes, and an id on the board means the same
-// request everywhere. Records appended while open change no cache (not
-// even the LRU order, which only lists change: every copy of the cache
-// stays identical without the coordinator seeing the board's hits).
+// request everywhere. A record touches its ids in the LRU order of every
+// rank's cache as it executes (rank 0's cache is the coordinator's), and
+// rank 0 makes a list only once it has executed the log to its end, so
+// the coordinator's cache has every record's touches before the list's
+// marker, as every rank has when it reaches the marker: the copies stay
+// identical and a name served from the board stays recently used.
 //
 // The lock is a futex word in the segment; it is held for the few
-// operations below (setting a step's bits is one hold). A waiter re-checks
-// `keep_going` every 10 ms: a rank that died holding it is found by the
-// control plane (its connection closes), which fails the job. The log has
-// kRecords records; a rank that would append to a full log leaves its
-// complete ids marked ready in their slots and whoever finds room appends
-// them (a reader that advanced, or the next writer), so nobody waits for
-// room while holding the lock or while others wait for it in a collective.
+// operations below (setting one pass's bits is one hold). A waiter
+// re-checks `keep_going` every 10 ms: a rank that died holding it is found
+// by the control plane (its connection closes), which fails the job. The
+// log has kRecords records; a rank that would append ids to a full log
+// leaves them marked ready in their slots, rings every rank, and whoever
+// finds room appends them (a reader that advanced, or the next writer), so
+// nobody waits for room while holding the lock. Ids leave one record free
+// for the coordinator, which waits (outside the lock, ringing every rank,
+// which also wakes ranks outside the set whose markers they must pass)
+// until the log has room before it makes a list.
 //
 // Thread safety: one background thread per rank; the methods marked
 // "locked" need Lock(); the others are for the rank's own thread.
@@ -146,7 +153,8 @@ class HitBoard {
   void Set(const std::vector<int64_t>& ids, int64_t now_ns,
            std::vector<int64_t>* complete, std::vector<int64_t>* refused);
   // Appends `ids` (complete; sorted here) to the log. False, changing
-  // nothing, if the log has no room for them: they stay ready.
+  // nothing, if the log has no room for them and one more record (kept
+  // for the coordinator's markers): they stay ready.
   bool Publish(std::vector<int64_t>* ids);
   // Appends every ready id if there is room (a scan of the slots: only
   // after a full log). True if something was appended.
@@ -154,7 +162,9 @@ class HitBoard {
   // This rank sent the coordinator a request list for the set.
   void CountSent() { ++shared_->sent[rank_]; }
   uint64_t sent(int rank) const { return shared_->sent[rank]; }
-  // Coordinator.
+  // Coordinator. (open() and HasRoom() are also read without the lock by
+  // rank 0, the only rank that writes `open` and appends markers: room
+  // for one marker, once seen, stays, since Publish leaves one record.)
   bool open() const { return shared_->open != 0; }
   // Closes the board and takes every bit off it, ready ids' included.
   void Close(std::vector<Pulled>* pulled);
@@ -178,10 +188,11 @@ class HitBoard {
   }
   // This rank has executed records [0, pos).
   void Executed(uint64_t pos) {
-    shared_->heads[rank_].pos.store(pos, std::memory_order_release);
+    shared_->heads[rank_].pos.store(pos, std::memory_order_seq_cst);
   }
+  // (seq_cst: see Set.)
   bool ready_pending() const {
-    return shared_->ready.load(std::memory_order_relaxed) > 0;
+    return shared_->ready.load(std::memory_order_seq_cst) > 0;
   }
   int64_t partial() const {
     return shared_->partial.load(std::memory_order_relaxed);

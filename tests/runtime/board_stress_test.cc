@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/control/hit_board.h"
 #include "tests/testing/local_job.h"
 
 namespace kolo {
@@ -200,6 +201,29 @@ std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
   for (auto& rt : rts) stats.push_back(rt->stats());
   testing::ShutdownJob(rts);
   return stats;
+}
+
+// Lists of a set enter the log too, and ranks outside the set must pass
+// their markers: 300 collectives of ranks 0 and 1 (more than the log's
+// records) while ranks 2 and 3 make no call at all.
+TEST(BoardLog, ASetRunsWhileTheRanksOutsideItAreIdle) {
+  const int n = 4, ops = 3 * HitBoardShared::kRecords;
+  auto rts = testing::StartJob(n, [](Options& o) { o.process_sets = {{0, 1}}; });
+  OnEachRank(2, [&](int r) {
+    std::vector<float> v(4);
+    for (int i = 0; i < ops; ++i) {
+      std::fill(v.begin(), v.end(), static_cast<float>(r + i));
+      AllreduceRequest req;
+      req.name = absl::StrCat("pair/", i % 7);
+      req.process_set = kPairSet;
+      req.input = req.output = TensorView(v.data(), DataType::kFloat32, {4});
+      auto w = rts[r]->Allreduce(req);
+      ASSERT_TRUE(w.ok()) << w.status();
+      ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok()) << "op " << i << ": " << w->status();
+      ASSERT_EQ(v[0], static_cast<float>(1 + 2 * i));
+    }
+  });
+  testing::ShutdownJob(rts);
 }
 
 struct Case {

@@ -161,14 +161,21 @@ TEST(HitBoard, AFullLogKeepsCompleteIdsReadyUntilThereIsRoom) {
   EXPECT_FALSE(b[1].FlushReady());
   b[1].Unlock();
   EXPECT_TRUE(b[0].ready_pending());
-  // Rank 0 has executed everything, rank 1 one record: room for one.
+  // Rank 0 has executed everything, rank 1 one record: room for one,
+  // which ids leave to the coordinator's next marker.
   b[0].Executed(HitBoardShared::kRecords);
   b[1].Executed(1);
+  ASSERT_TRUE(b[0].Lock(kFar, Always));
+  EXPECT_FALSE(b[0].FlushReady());
+  EXPECT_TRUE(b[0].HasRoom(1));
+  b[0].Unlock();
+  b[1].Executed(2);
   ASSERT_TRUE(b[0].Lock(kFar, Always));
   EXPECT_TRUE(b[0].FlushReady());
   b[0].Unlock();
   EXPECT_FALSE(b[0].ready_pending());
   EXPECT_EQ(b[0].tail(), static_cast<uint64_t>(HitBoardShared::kRecords) + 1);
+  EXPECT_TRUE(b[0].HasRoom(1));  // still one for a marker
   EXPECT_THAT(RecordIds(b[0], HitBoardShared::kRecords), ElementsAre(3, 4));
   EXPECT_EQ(b[0].partial(), 0);
 }

@@ -242,5 +242,79 @@ TEST(Stall, CachedNameOnTheBoardNamesTheMissingRank) {
   for (auto& rt : rts) rt->Abort();
 }
 
+// The same when the missing rank is rank 0, whose background thread
+// nothing wakes while the others' bits wait on the board.
+TEST(Stall, Rank0MissingACachedNameOnTheBoardIsReported) {
+  const int n = 3;
+  auto rts = testing::StartJob(n, [](Options& o) {
+    o.stall_check_time = absl::Milliseconds(200);
+    o.stall_shutdown_time = absl::Seconds(1);
+  });
+  std::vector<std::vector<float>> a(n, std::vector<float>(4, 1.0f));
+  auto submit = [&](int r) {
+    AllreduceRequest req;
+    req.name = "A";
+    req.input = req.output = TensorView(a[r].data(), DataType::kFloat32, {4});
+    return rts[r]->Allreduce(req);
+  };
+  OnEachRank(n, [&](int r) {
+    for (int i = 0; i < 3; ++i) {
+      auto w = submit(r);
+      ASSERT_TRUE(w.ok()) << w.status();
+      ASSERT_TRUE(w->Wait(absl::Seconds(20)).ok());
+    }
+  });
+  ASSERT_GT(rts[1]->stats().board_hits, 0);
+  auto w1 = submit(1);
+  auto w2 = submit(2);  // rank 0 never does
+  ASSERT_TRUE(w1.ok() && w2.ok());
+  for (Work* w : {&*w1, &*w2}) {
+    const absl::Status s = w->Wait(absl::Seconds(20));
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("for rank 0 to submit it"));
+  }
+  for (auto& rt : rts) rt->Abort();
+}
+
+// Names served from the board stay recently used: with a cache of 4 and
+// a new cacheable name every step, three hot names are never evicted (each
+// step is one full request per rank, for the new name).
+TEST(ResponseCache, NamesServedFromTheBoardStayRecentlyUsed) {
+  const int n = 2, steps = 12;
+  auto rts = testing::StartJob(n, [](Options& o) { o.cache_capacity = 4; });
+  auto step = [&](int r, int s) {
+    std::vector<std::vector<float>> v(4, std::vector<float>(3, 1.0f));
+    std::vector<Work> works;
+    for (int k = 0; k < 4; ++k) {
+      AllreduceRequest req;
+      req.name = k < 3 ? absl::StrCat("hot/", k) : absl::StrCat("new/", s);
+      req.input = req.output =
+          TensorView(v[k].data(), DataType::kFloat32, {3});
+      auto w = rts[r]->Allreduce(req);
+      ASSERT_TRUE(w.ok()) << w.status();
+      works.push_back(*w);
+    }
+    for (Work& w : works) ASSERT_TRUE(w.Wait(absl::Seconds(20)).ok()) << w.status();
+    // The hot names again, alone, so that they run from the board.
+    for (int k = 0; k < 3; ++k) {
+      AllreduceRequest req;
+      req.name = absl::StrCat("hot/", k);
+      req.input = req.output =
+          TensorView(v[k].data(), DataType::kFloat32, {3});
+      auto w = rts[r]->Allreduce(req);
+      ASSERT_TRUE(w.ok() && w->Wait(absl::Seconds(20)).ok());
+    }
+  };
+  OnEachRank(n, [&](int r) { step(r, 0); });
+  const int64_t warm = rts[0]->stats().coordinator_requests_received;
+  EXPECT_EQ(warm, n * 4);
+  OnEachRank(n, [&](int r) {
+    for (int s = 1; s <= steps; ++s) step(r, s);
+  });
+  EXPECT_GT(rts[0]->stats().board_hits, 0);
+  EXPECT_EQ(rts[0]->stats().coordinator_requests_received - warm, n * steps);
+  testing::ShutdownJob(rts);
+}
+
 }  // namespace
 }  // namespace kolo
