@@ -555,6 +555,7 @@ bool RuntimeImpl::LockBoard() {
 }
 
 void RuntimeImpl::ExecuteBoard(bool* done) {
+  if (board_cursor_ == board_->tail() && !board_->ready_pending()) return;
   std::shared_ptr<ProcessSetState> global;
   {
     MutexLock lock(&sets_mu_);
