@@ -271,6 +271,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     job.TryOpen();
     job.CheckOpen();
+    bool idle = job.hits.empty();
+    for (const Rank& k : job.ranks) idle = idle && k.in_flight.empty();
+    if (idle) break;
   }
   for (int r = 0; r < n; ++r) {
     Check(job.ranks[r].in_flight.empty(), "a submission never ran");
