@@ -356,7 +356,6 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     *next_wakeup =
         std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
   }
-  if (board_) TendBoard(*sets.back(), now, next_wakeup);
 }
 
 void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {

@@ -209,9 +209,12 @@ TEST(Stall, ShutdownTimeFailsEveryRank) {
 // A cached name that one rank stops submitting: its bits wait on the hit
 // board, which hands them to the coordinator when they are as old as the
 // stall check, so the stall report and the stall shutdown still name the
-// rank.
-TEST(Stall, CachedNameOnTheBoardNamesTheMissingRank) {
-  const int n = 3;
+// rank; also when the missing rank is rank 0, whose background thread
+// nothing wakes while the others' bits wait on the board.
+class StallOnTheBoard : public ::testing::TestWithParam<int> {};
+
+TEST_P(StallOnTheBoard, CachedNameNamesTheMissingRank) {
+  const int n = 3, missing = GetParam();
   auto rts = testing::StartJob(n, [](Options& o) {
     o.stall_check_time = absl::Milliseconds(200);
     o.stall_shutdown_time = absl::Seconds(1);
@@ -230,51 +233,29 @@ TEST(Stall, CachedNameOnTheBoardNamesTheMissingRank) {
       ASSERT_TRUE(w->Wait(absl::Seconds(20)).ok());
     }
   });
-  ASSERT_GT(rts[0]->stats().board_hits, 0) << "the cached name never used the board";
-  auto w0 = submit(0);
-  auto w1 = submit(1);  // rank 2 never does
-  ASSERT_TRUE(w0.ok() && w1.ok());
-  for (Work* w : {&*w0, &*w1}) {
-    const absl::Status s = w->Wait(absl::Seconds(20));
+  const int submitter = missing == 0 ? 1 : 0;
+  ASSERT_GT(rts[submitter]->stats().board_hits, 0)
+      << "the cached name never used the board";
+  std::vector<Work> works;
+  for (int r = 0; r < n; ++r) {
+    if (r == missing) continue;  // never submits
+    auto w = submit(r);
+    ASSERT_TRUE(w.ok()) << w.status();
+    works.push_back(*w);
+  }
+  for (Work& w : works) {
+    const absl::Status s = w.Wait(absl::Seconds(20));
     EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("for rank 2 to submit it"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("for rank ", missing, " to submit it")));
   }
   for (auto& rt : rts) rt->Abort();
 }
 
-// The same when the missing rank is rank 0, whose background thread
-// nothing wakes while the others' bits wait on the board.
-TEST(Stall, Rank0MissingACachedNameOnTheBoardIsReported) {
-  const int n = 3;
-  auto rts = testing::StartJob(n, [](Options& o) {
-    o.stall_check_time = absl::Milliseconds(200);
-    o.stall_shutdown_time = absl::Seconds(1);
-  });
-  std::vector<std::vector<float>> a(n, std::vector<float>(4, 1.0f));
-  auto submit = [&](int r) {
-    AllreduceRequest req;
-    req.name = "A";
-    req.input = req.output = TensorView(a[r].data(), DataType::kFloat32, {4});
-    return rts[r]->Allreduce(req);
-  };
-  OnEachRank(n, [&](int r) {
-    for (int i = 0; i < 3; ++i) {
-      auto w = submit(r);
-      ASSERT_TRUE(w.ok()) << w.status();
-      ASSERT_TRUE(w->Wait(absl::Seconds(20)).ok());
-    }
-  });
-  ASSERT_GT(rts[1]->stats().board_hits, 0);
-  auto w1 = submit(1);
-  auto w2 = submit(2);  // rank 0 never does
-  ASSERT_TRUE(w1.ok() && w2.ok());
-  for (Work* w : {&*w1, &*w2}) {
-    const absl::Status s = w->Wait(absl::Seconds(20));
-    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("for rank 0 to submit it"));
-  }
-  for (auto& rt : rts) rt->Abort();
-}
+INSTANTIATE_TEST_SUITE_P(Missing, StallOnTheBoard, ::testing::Values(2, 0),
+                         [](const auto& info) {
+                           return absl::StrCat("Rank", info.param);
+                         });
 
 // Names served from the board stay recently used: with a cache of 4 and
 // a new cacheable name every step, three hot names are never evicted (each
