@@ -79,31 +79,33 @@ void RuntimeImpl::BackgroundLoop() {
     if (board_) ExecuteBoard(&done);  // what this rank's bits completed
     if (!fatal_status().ok() || done) break;
     if (control_) {
-      for (ControlEvent& event : control_->TakeEvents()) {
-        if (coordinator && event.message.has_request_list()) {
+      std::vector<ControlEvent> events = control_->TakeEvents();
+      if (relay_) {
+        // Note [Host relay]: the host's lists go on with this rank's own.
+        for (ControlEvent& event : events) {
+          if (!event.message.has_request_list()) continue;
           wire::RequestList& list = *event.message.mutable_request_list();
-          std::shared_ptr<ProcessSetState> set;
-          {
-            MutexLock lock(&sets_mu_);
-            auto it = sets_.find(list.process_set());
-            if (it != sets_.end()) set = it->second;
+          for (const wire::Request& r : list.requests()) {
+            if (r.type() == wire::JOIN) relay_join_ = true;
           }
-          auto me = set ? std::find(set->ranks.begin(), set->ranks.end(),
-                                    event.from_rank)
-                        : std::vector<int>::iterator();
-          if (!set || me == set->ranks.end()) {
-            Fatal(absl::InternalError(absl::StrCat(
-                "rank ", event.from_rank, " sent requests for process set ",
-                list.process_set(), " it is not a member of")));
+          relay_->Add(event.from_rank, std::move(list), now);
+          event.message.Clear();
+        }
+        FlushRelay(now, &next_wakeup);
+        if (!fatal_status().ok()) break;
+      }
+      for (ControlEvent& event : events) {
+        if (coordinator && event.message.has_request_list()) {
+          if (!AcceptRequestList(event.from_rank,
+                                 std::move(*event.message.mutable_request_list()),
+                                 now)) {
             break;
           }
-          if (board_ && set->id == kGlobalProcessSet) {
-            // Note [Hits on the board]: nothing is half there, half here.
-            CloseBoard(*set, now);
-            ++board_received_[event.from_rank];
+        } else if (coordinator && event.message.has_host_requests()) {
+          if (!AcceptHostRequests(event.from_rank,
+                                  *event.message.mutable_host_requests(), now)) {
+            break;
           }
-          set->coordinator->AddRequests(
-              static_cast<int>(me - set->ranks.begin()), std::move(list), now);
         } else if (!coordinator && event.message.has_response_list()) {
           wire::ResponseList& list = *event.message.mutable_response_list();
           if (board_) {
@@ -140,6 +142,109 @@ void RuntimeImpl::BackgroundLoop() {
     loop_done_ = true;
   }
   state_cv_.NotifyAll();
+}
+
+bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
+                                    absl::Time now) {
+  std::shared_ptr<ProcessSetState> set;
+  {
+    MutexLock lock(&sets_mu_);
+    auto it = sets_.find(list.process_set());
+    if (it != sets_.end()) set = it->second;
+  }
+  auto me = set ? std::find(set->ranks.begin(), set->ranks.end(), from)
+                : std::vector<int>::iterator();
+  if (!set || me == set->ranks.end()) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", from, " sent requests for process set ", list.process_set(),
+        " it is not a member of")));
+    return false;
+  }
+  if (board_ && set->id == kGlobalProcessSet) {
+    // Note [Hits on the board]: nothing is half there, half here.
+    CloseBoard(*set, now);
+    ++board_received_[from];
+  }
+  set->coordinator->AddRequests(static_cast<int>(me - set->ranks.begin()),
+                                std::move(list), now);
+  return true;
+}
+
+bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
+                                     absl::Time now) {
+  ++counters_.host_messages_received;
+  // A leader speaks for exactly the ranks of its host.
+  const int size = options_.size;
+  auto on_host = [&](int r) {
+    return r >= 0 && r < size && !host_leader_of_.empty() &&
+           host_leader_of_[r] == from;
+  };
+  auto expected = host_size_of_leader_.find(from);
+  bool ok = on_host(from) && expected != host_size_of_leader_.end() &&
+            message.ranks_size() == expected->second &&
+            message.ranks(0) == from;
+  std::vector<int> ranks;
+  for (int r : message.ranks()) {
+    ok = ok && on_host(r) && (ranks.empty() || r > ranks.back());
+    ranks.push_back(r);
+  }
+  for (const wire::RelayedList& l : message.lists()) ok = ok && on_host(l.rank());
+  for (const wire::RankAck& a : message.acks()) ok = ok && on_host(a.rank());
+  if (!ok) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", from, " relayed requests for ranks that are not on its host")));
+    return false;
+  }
+  std::shared_ptr<ProcessSetState> global;
+  {
+    MutexLock lock(&sets_mu_);
+    global = sets_.at(kGlobalProcessSet);
+  }
+  if (message.has_host_hits()) {
+    global->coordinator->AddHostHits(ranks, message.host_hits(), now);
+  }
+  for (wire::RelayedList& l : *message.mutable_lists()) {
+    if (!AcceptRequestList(l.rank(), std::move(*l.mutable_list()), now)) {
+      return false;
+    }
+  }
+  if (message.acks_size() > 0) {
+    relay_acks_.clear();
+    for (const wire::RankAck& a : message.acks()) {
+      relay_acks_.emplace_back(a.rank(), a.acked_seq());
+    }
+    global->coordinator->AddAcks(relay_acks_);
+  }
+  return true;
+}
+
+void RuntimeImpl::FlushRelay(absl::Time now, absl::Time* next_wakeup) {
+  const absl::Time due = relay_->Due(options_.cycle_time, relay_join_);
+  if (now < due) {
+    *next_wakeup = std::min(*next_wakeup, due);
+    return;
+  }
+  wire::ControlMessage message;
+  int64_t host_hits = 0;
+  relay_->Take(message.mutable_host_requests(), &host_hits);
+  counters_.host_hits_sent += host_hits;
+  ++counters_.host_messages_sent;
+  absl::Status s = control_->SendToCoordinator(message);
+  if (!s.ok()) {
+    Fatal(s);
+    return;
+  }
+  if (relay_->rounds() > 2 * static_cast<size_t>(options_.cache_capacity) + 64) {
+    std::shared_ptr<ProcessSetState> global;
+    {
+      MutexLock lock(&sets_mu_);
+      global = sets_.at(kGlobalProcessSet);
+    }
+    // This rank's cache is the host's: an id it no longer has, no rank of
+    // the host sends again.
+    relay_->ForgetRounds(
+        [&](int64_t id) { return !global->cache->IsCurrent(id); });
+  }
 }
 
 // Note [Coalescing submissions]
@@ -194,7 +299,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   queue_.TakeNewRequests([&](const wire::Request& r) {
     ProcessSetState& set = *sets.at(r.process_set());
     wire::RequestList& list = lists[r.process_set()];
-    if (r.type() == wire::JOIN) joined_ = true;
+    if (r.type() == wire::JOIN) joined_ = relay_join_ = true;
     const int64_t id = set.cache->Lookup(r);
     if (id >= 0) {
       hits[r.process_set()].push_back(id);
@@ -269,6 +374,9 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     if (options_.rank == 0) {
       if (board_ && id == kGlobalProcessSet) CloseBoard(set, now);
       set.coordinator->AddRequests(set.rank, std::move(list), now);
+    } else if (relay_) {
+      // Note [Host relay]: sent with the host's (FlushRelay).
+      relay_->Add(options_.rank, std::move(list), now);
     } else {
       wire::ControlMessage message;
       *message.mutable_request_list() = std::move(list);
@@ -474,7 +582,7 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     if (entry) entry->Complete(s);
     return;
   }
-  if (response.type() == wire::RESPONSE_JOIN) joined_ = false;
+  if (response.type() == wire::RESPONSE_JOIN) joined_ = relay_join_ = false;
 
   std::vector<std::unique_ptr<TensorEntry>> taken;
   queue_.TakeAll(set.id, response.names(), &taken);

@@ -34,9 +34,7 @@ std::string Coordinator::RankLabel(int rank) const {
 void Coordinator::AddRequests(int rank, wire::RequestList list,
                               absl::Time now) {
   acked_[rank] = std::max(acked_[rank], list.acked_seq());
-  if (cache_.graveyard_size() > 0) {  // O(ranks): only when there is work
-    cache_.PruneGraveyard(*std::min_element(acked_.begin(), acked_.end()));
-  }
+  ForgetAcknowledged();
   // Note [Requests an error will take]
   // An error response fails, on each rank, whatever entry of that name the
   // rank holds when it executes the error's list, a request it submitted
@@ -45,30 +43,15 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
   // the list was even sent: TakeResponseList drops those) is the error's
   // on the rank, so it must not count here, or the name would run later
   // without that rank's entry.
-  if (!recent_errors_.empty()) {
-    const int64_t all_acked = *std::min_element(acked_.begin(), acked_.end());
-    for (auto it = recent_errors_.begin(); it != recent_errors_.end();) {
-      it = it->second <= all_acked ? recent_errors_.erase(it) : std::next(it);
-    }
-  }
   auto taken_by_error = [&](const std::string& name) {
-    if (recent_errors_.empty()) return false;
-    auto it = recent_errors_.find(name);
-    return it != recent_errors_.end() && it->second > list.acked_seq();
+    return TakenByError(name, list.acked_seq());
   };
-  const bool bits = config_.hits_as_bits && joined_.empty() &&
-                    shutdown_.empty() && recent_errors_.empty();
+  const bool bits = BitsAllowed();
   ForEachCacheHit(list, [&](int64_t id) {
     ++cache_hits_received_;
-    if (bits) {
-      // One subtraction in steady state: an id in hits_ that is not slow
-      // is current (ForgetEvictedHits drops the others).
-      Hits* hits = hits_.Find(id);
-      if (!hits && cache_.IsCurrent(id)) hits = &hits_.Get(id);
-      if (hits && !hits->slow) {
-        AddHit(rank, id, *hits, now);
-        return;
-      }
+    if (Hits* hits = bits ? FastHits(id) : nullptr) {
+      AddHit(rank, id, *hits, now);
+      return;
     }
     std::shared_ptr<const wire::Request> request = cache_.Find(id);
     if (!request) return;  // Cannot happen: ids outlive every ack.
@@ -102,6 +85,83 @@ void Coordinator::AddRequests(int rank, wire::RequestList list,
       ErasePending(it);
     }
   }
+}
+
+Coordinator::Hits* Coordinator::FastHits(int64_t id) {
+  // One subtraction in steady state: an id in hits_ that is not slow is
+  // current (ForgetEvictedHits drops the others).
+  Hits* hits = hits_.Find(id);
+  if (!hits && cache_.IsCurrent(id)) hits = &hits_.Get(id);
+  return hits && !hits->slow ? hits : nullptr;
+}
+
+void Coordinator::ForgetAcknowledged() {
+  if (cache_.graveyard_size() == 0 && recent_errors_.empty()) return;
+  // O(ranks): only when there is work.
+  const int64_t all_acked = *std::min_element(acked_.begin(), acked_.end());
+  if (cache_.graveyard_size() > 0) cache_.PruneGraveyard(all_acked);
+  for (auto it = recent_errors_.begin(); it != recent_errors_.end();) {
+    it = it->second <= all_acked ? recent_errors_.erase(it) : std::next(it);
+  }
+}
+
+void Coordinator::AddAcks(const std::vector<std::pair<int, int64_t>>& acks) {
+  for (const auto& [rank, seq] : acks) {
+    acked_[rank] = std::max(acked_[rank], seq);
+  }
+  ForgetAcknowledged();
+}
+
+bool Coordinator::TakenByError(const std::string& name,
+                               int64_t acked_seq) const {
+  if (recent_errors_.empty()) return false;
+  auto it = recent_errors_.find(name);
+  return it != recent_errors_.end() && it->second > acked_seq;
+}
+
+void Coordinator::AddHostHits(const std::vector<int>& ranks,
+                              const wire::RequestList& list, absl::Time now) {
+  if (ranks.empty()) return;
+  RankWords words;
+  for (int r : ranks) {
+    const int w = r >> 6;
+    const uint64_t bit = uint64_t{1} << (r & 63);
+    if (!words.empty() && words.back().first == w) {
+      words.back().second |= bit;
+    } else {
+      words.emplace_back(w, bit);
+    }
+  }
+  const bool bits = BitsAllowed();
+  ForEachCacheHit(list, [&](int64_t id) {
+    cache_hits_received_ += static_cast<int64_t>(ranks.size());
+    if (Hits* hits = bits ? FastHits(id) : nullptr) {
+      AddHits(words, id, *hits, now);
+      return;
+    }
+    // Each rank as if its own list had carried the id.
+    std::shared_ptr<const wire::Request> request = cache_.Find(id);
+    if (!request) return;  // Cannot happen: ids outlive every ack.
+    if (TakenByError(request->name(), list.acked_seq())) return;
+    for (int r : ranks) Add(r, request, id, now);
+  });
+}
+
+void Coordinator::AddHits(const RankWords& words, int64_t id, Hits& hits,
+                          absl::Time now) {
+  if (ABSL_PREDICT_FALSE(hits.ranks.empty())) {
+    hits.ranks.assign((size_ + 63) / 64, 0);
+  }
+  int added = 0;
+  for (const auto& [w, mask] : words) {
+    const uint64_t fresh = mask & ~hits.ranks[w];
+    hits.ranks[w] |= fresh;
+    added += __builtin_popcountll(fresh);
+  }
+  if (added == 0) return;
+  if (hits.count == 0) FirstHit(id, hits, now);
+  hits.count += added;
+  if (hits.count == size_) HitEverywhere(id, hits, now);
 }
 
 std::vector<absl::string_view> Coordinator::SortedPendingNames() const {

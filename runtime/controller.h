@@ -71,6 +71,17 @@ class Coordinator {
   // Records what set rank `rank` sent. `now` stamps new names. (By value:
   // the requests move into the coordinator.)
   void AddRequests(int rank, wire::RequestList list, absl::Time now);
+  // Records that every set rank in `ranks` sent each cache id of `hits`
+  // (a host's hits ANDed by its leader: Note [Host relay] in
+  // runtime/control/control_plane.h); the same as each rank sending them
+  // in its own list. `hits.acked_seq` is the acked seq of a list that
+  // carried them (any: an id is taken by an error for all its senders or
+  // for none). Only hits: the ranks' acks and requests come in their lists.
+  void AddHostHits(const std::vector<int>& ranks, const wire::RequestList& hits,
+                   absl::Time now);
+  // Set rank `rank` executed the set's lists up to `acked_seq` (what a
+  // list's acked_seq says, without the list), for each (rank, acked_seq).
+  void AddAcks(const std::vector<std::pair<int, int64_t>>& acks);
 
   // Names pending longer than `op_timeout` become DeadlineExceeded errors.
   void ExpireOlderThan(absl::Duration op_timeout, absl::Time now);
@@ -213,6 +224,22 @@ class Coordinator {
   // The bit path: rank `rank` sent current id `id`, which is not pending
   // on the slow path and nobody has joined or shut down.
   void AddHit(int rank, int64_t id, Hits& hits, absl::Time now);
+  // AddHit for several ranks at once: (word, bits) of Hits::ranks.
+  using RankWords = absl::InlinedVector<std::pair<int, uint64_t>, 2>;
+  void AddHits(const RankWords& words, int64_t id, Hits& hits,
+               absl::Time now);
+  // Whether an error made after `acked_seq` takes `name`'s request (Note
+  // [Requests an error will take]).
+  bool TakenByError(const std::string& name, int64_t acked_seq) const;
+  // Whether hits may be counted by bits now (Note [Cache hits as bits]).
+  bool BitsAllowed() const {
+    return config_.hits_as_bits && joined_.empty() && shutdown_.empty() &&
+           recent_errors_.empty();
+  }
+  // The id's Hits if its hit is counted by bits, else null (slow path).
+  Hits* FastHits(int64_t id);
+  // Drops graveyard entries and recent errors every rank has acknowledged.
+  void ForgetAcknowledged();
   void FirstHit(int64_t id, Hits& hits, absl::Time now);
   void HitEverywhere(int64_t id, Hits& hits, absl::Time now);
   // Moves a partly sent id to the slow path (a Pending entry with a slot

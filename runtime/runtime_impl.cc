@@ -28,16 +28,16 @@ constexpr absl::Duration kExplainWait = absl::Seconds(1);
 
 // Whether every rank in `ranks` (global) published the same host identity
 // as `me` in Start().
-absl::StatusOr<bool> AllOnHost(Store& store, const std::vector<int>& ranks,
-                               int me, absl::Duration timeout) {
-  auto mine = store.Get(absl::StrCat("host/", me), timeout);
-  if (!mine.ok()) return mine.status();
-  for (int r : ranks) {
-    auto theirs = store.Get(absl::StrCat("host/", r), timeout);
-    if (!theirs.ok()) return theirs.status();
-    if (*theirs != *mine) return false;
+// Each rank's host identity, as published in Start().
+absl::StatusOr<std::vector<std::string>> JobHosts(Store& store, int size,
+                                                  absl::Duration timeout) {
+  std::vector<std::string> hosts(size);
+  for (int r = 0; r < size; ++r) {
+    auto host = store.Get(absl::StrCat("host/", r), timeout);
+    if (!host.ok()) return host.status();
+    hosts[r] = std::move(*host);
   }
-  return true;
+  return hosts;
 }
 
 // Note [Failures at start] in tools/kolorun/launcher.cc: kolorun watches
@@ -268,9 +268,38 @@ absl::Status RuntimeImpl::Start() {
   std::vector<int> all(options_.size);
   for (int r = 0; r < options_.size; ++r) all[r] = r;
   if (control_ && options_.shm) {
-    auto local = AllOnHost(*store_, all, options_.rank, options_.start_timeout);
-    if (!local.ok()) return local.status();
-    if (*local) {
+    auto hosts = JobHosts(*store_, options_.size, options_.start_timeout);
+    if (!hosts.ok()) return hosts.status();
+    const std::string& mine = (*hosts)[options_.rank];
+    std::vector<int> host_ranks;  // this host's, ascending
+    for (int r = 0; r < options_.size; ++r) {
+      if ((*hosts)[r] == mine) host_ranks.push_back(r);
+    }
+    if (static_cast<int>(host_ranks.size()) < options_.size) {
+      // Note [Host relay]: the host's lists go through its leader.
+      absl::Status relay = control_->EnableHostRelay(
+          *store_, deadline, host_ranks, options_.hit_board);
+      if (!relay.ok()) return relay;
+      if (control_->host_relay()) {
+        if (host_ranks[0] == options_.rank && options_.rank != 0) {
+          relay_ = std::make_unique<HostBatch>(host_ranks);
+        }
+        if (Wakeup* doorbell = control_->doorbell()) wakeup_.store(doorbell);
+        logger_.Info(absl::StrCat("control plane over TCP; this host's ",
+                                  host_ranks.size(), " ranks send through rank ",
+                                  host_ranks[0]));
+      }
+      if (options_.rank == 0) {
+        // Which ranks a leader may speak for (every host's leader may relay).
+        std::map<std::string, int> leader;
+        host_leader_of_.resize(options_.size);
+        for (int r = 0; r < options_.size; ++r) {
+          const int l = leader.emplace((*hosts)[r], r).first->second;
+          host_leader_of_[r] = l;
+          ++host_size_of_leader_[l];
+        }
+      }
+    } else {
       absl::Status shm = control_->EnableSharedMemory(
           *store_, deadline, options_.hit_board,
           options_.fusion_threshold_bytes);
@@ -405,6 +434,9 @@ RuntimeStats RuntimeImpl::stats() const {
   s.tensors_executed = counters_.tensors_executed;
   s.board_hits = counters_.board_hits;
   s.board_records_executed = counters_.board_records_executed;
+  s.host_messages_sent = counters_.host_messages_sent;
+  s.host_hits_sent = counters_.host_hits_sent;
+  s.coordinator_host_messages_received = counters_.host_messages_received;
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
     if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kolo/options.h"
@@ -24,6 +25,7 @@
 #include "runtime/control/hit_board.h"
 #include "runtime/controller.h"
 #include "runtime/executor.h"
+#include "runtime/host_relay.h"
 #include "runtime/logging.h"
 #include "runtime/response_cache.h"
 #include "runtime/sync/mutex.h"
@@ -155,6 +157,17 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // Coordinator, board locked: opens it if `global` is quiet and every
   // request list sent has arrived.
   void OpenBoardIfQuietLocked(const Coordinator& global);
+  // Note [Host relay] (control/control_plane.h), background thread.
+  // A host leader (not rank 0): sends the host's request lists on when
+  // HostBatch::Due says (the hold is KOLO_CYCLE_TIME); *next_wakeup: when
+  // the held ones must go.
+  void FlushRelay(absl::Time now, absl::Time* next_wakeup);
+  // Coordinator: one request list of rank `from` for its set; false after
+  // Fatal (the rank is not in the set).
+  bool AcceptRequestList(int from, wire::RequestList list, absl::Time now);
+  // Coordinator: a host leader's message.
+  bool AcceptHostRequests(int from, wire::HostRequests& message,
+                          absl::Time now);
   void RegisterProcessSet(int id, std::vector<int> ranks);
   // Background thread, at the negotiated removal: fails the set's pending
   // work and drops the set (its backend closes with its last reference).
@@ -234,11 +247,23 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::vector<const wire::Response*> board_singles_;
   wire::Response board_response_;
 
+  // Note [Host relay]: the lists this rank holds as its host's leader
+  // (null unless it leads a relaying host; rank 0 takes its host's lists
+  // as the coordinator); whether a rank of the host is in a join. Rank 0:
+  // each rank's host leader, and each leader's number of ranks (to check
+  // the leaders' messages). Background thread only.
+  std::unique_ptr<HostBatch> relay_;
+  bool relay_join_ = false;
+  std::vector<int> host_leader_of_;
+  absl::flat_hash_map<int, int> host_size_of_leader_;
+  std::vector<std::pair<int, int64_t>> relay_acks_;  // (storage)
+
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},
         request_lists_sent{0}, response_lists_received{0},
         collectives_executed{0}, tensors_executed{0}, board_hits{0},
-        board_records_executed{0};
+        board_records_executed{0}, host_messages_sent{0}, host_hits_sent{0},
+        host_messages_received{0};
   } counters_;
   std::thread thread_;
 };

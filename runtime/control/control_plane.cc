@@ -345,6 +345,16 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
       MutexLock lock(&mu_);
       leaving_[peer] = true;
     }
+    if (rank_ == 0 && message.has_host_requests()) {
+      // A leader's relayed goodbyes (the background thread checks that
+      // the ranks are on its host).
+      MutexLock lock(&mu_);
+      for (const wire::RelayedList& l : message.host_requests().lists()) {
+        if (l.list().shutdown() && l.rank() > 0 && l.rank() < size_) {
+          leaving_[l.rank()] = true;
+        }
+      }
+    }
     Push(peer, std::move(message));
   }
 }
@@ -413,7 +423,7 @@ std::vector<ControlEvent> ControlPlane::TakeEvents() {
     MutexLock lock(&mu_);
     out.swap(events_);
   }
-  if (shm_.load()) {
+  if (shm_.load() || host_.load()) {
     DrainShm();
     if (out.empty()) {
       out.swap(shm_events_);
@@ -480,12 +490,17 @@ absl::Status ControlPlane::EnableSharedMemory(Store& store,
 }
 
 Wakeup* ControlPlane::doorbell() {
-  ShmControlSegment* shm = shm_.load();
-  return shm ? &shm->doorbell() : nullptr;
+  if (ShmControlSegment* shm = shm_.load()) return &shm->doorbell();
+  if (ShmControlSegment* host = host_.load()) return &host->doorbell();
+  return nullptr;
 }
 
 bool ControlPlane::DrainShm() {
+  if (ShmControlSegment* host = host_.load(); host && host_index_ == 0) {
+    if (!DrainHost(*host)) return false;
+  }
   ShmControlSegment* shm = shm_.load();
+  if (!shm) return true;
   std::vector<std::string> frames;
   const int first = rank_ == 0 ? 1 : rank_;
   const int last = rank_ == 0 ? size_ - 1 : rank_;
@@ -519,8 +534,98 @@ bool ControlPlane::DrainShm() {
   return true;
 }
 
-absl::Status ControlPlane::WriteShm(ShmRing& ring, int to_rank,
-                                    const std::string& bytes) {
+bool ControlPlane::DrainHost(ShmControlSegment& host) {
+  std::vector<std::string> frames;
+  for (int peer = 1; peer < host.size(); ++peer) {
+    frames.clear();
+    absl::Status s = host.up(peer).ReadAll(&frames);
+    const int from = host_ranks_[peer];
+    for (std::string& frame : frames) {
+      wire::ControlMessage message;
+      if (!message.ParseFromString(frame) || !message.has_request_list()) {
+        s = absl::DataLossError("malformed control message");
+        break;
+      }
+      if (rank_ == 0 && message.request_list().shutdown()) {
+        MutexLock lock(&mu_);
+        leaving_[from] = true;
+      }
+      shm_events_.push_back({from, std::move(message)});
+    }
+    if (!s.ok()) {
+      if (rank_ == 0) {
+        PeerLost(from, std::string(s.message()));
+      } else if (!closed_ && !shutting_down_ && !lost_reported_.exchange(true)) {
+        callbacks_.on_fatal(RankLostError(
+            from, absl::StrCat("rank ", from, " lost: ", s.message(),
+                               " (reported by its host's leader, rank ",
+                               rank_, ")")));
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status ControlPlane::EnableHostRelay(Store& store, absl::Time deadline,
+                                           const std::vector<int>& host_ranks,
+                                           bool enable) {
+  const auto me = std::find(host_ranks.begin(), host_ranks.end(), rank_);
+  if (host_ranks.size() < 2 || me == host_ranks.end() || shm_.load()) {
+    return absl::OkStatus();
+  }
+  const int index = static_cast<int>(me - host_ranks.begin());
+  const int local = static_cast<int>(host_ranks.size());
+  const std::string prefix = absl::StrCat("control/host/", host_ranks[0], "/");
+  const absl::Duration timeout =
+      std::max(absl::ZeroDuration(), deadline - absl::Now());
+  std::unique_ptr<ShmControlSegment> segment;
+  if (index == 0) {
+    std::string name;
+    absl::StatusOr<std::unique_ptr<ShmControlSegment>> created =
+        absl::UnavailableError("the host relay is off");
+    if (enable) {
+      created = ShmControlSegment::Create(0, local, kMaxControlFrame, &name);
+    }
+    absl::Status s = store.Set(prefix + "name", created.ok() ? name : "");
+    if (!s.ok()) {
+      if (created.ok()) ShmControlSegment::Unlink(name);
+      return s;
+    }
+    bool all = created.ok();
+    for (int i = 1; i < local && created.ok(); ++i) {
+      auto attached = store.Get(absl::StrCat(prefix, "attached/", i), timeout);
+      if (!attached.ok()) {
+        ShmControlSegment::Unlink(name);
+        return attached.status();
+      }
+      all = all && *attached == "1";
+    }
+    if (created.ok()) ShmControlSegment::Unlink(name);
+    KOLO_RETURN_IF_ERROR(store.Set(prefix + "use", all ? "1" : "0"));
+    if (all) segment = std::move(*created);
+  } else {
+    auto name = store.Get(prefix + "name", timeout);
+    if (!name.ok()) return name.status();
+    if (name->empty()) return absl::OkStatus();  // Off on this host.
+    auto opened = ShmControlSegment::Open(*name, index, local, kMaxControlFrame);
+    KOLO_RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "attached/", index),
+                                   opened.ok() ? "1" : "0"));
+    auto use = store.Get(prefix + "use", timeout);
+    if (!use.ok()) return use.status();
+    if (*use == "1" && opened.ok()) segment = std::move(*opened);
+  }
+  if (segment) {
+    host_ranks_ = host_ranks;
+    host_index_ = index;
+    host_owner_ = std::move(segment);
+    host_.store(host_owner_.get());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlPlane::WriteShm(ShmControlSegment& segment, ShmRing& ring,
+                                    int to, const std::string& bytes) {
   // A full ring waits for its reader; meanwhile this thread keeps reading
   // its own rings so that two writers cannot wait for each other.
   absl::Status s =
@@ -528,16 +633,27 @@ absl::Status ControlPlane::WriteShm(ShmRing& ring, int to_rank,
         DrainShm();
         return !closed_ && !lost_reported_;
       });
-  if (s.ok()) shm_.load()->Notify(to_rank);
+  if (s.ok()) segment.Notify(to);
   return s;
 }
 
 absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
   if (ShmControlSegment* shm = shm_.load(); shm && m.has_request_list()) {
     if (m.request_list().shutdown()) shm->SetLeaving(rank_);
-    absl::Status s = WriteShm(shm->up(rank_), 0, Serialize(m));
+    absl::Status s = WriteShm(*shm, shm->up(rank_), 0, Serialize(m));
     if (!s.ok()) {
       return RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
+    }
+    return s;
+  }
+  if (ShmControlSegment* host = host_.load();
+      host && host_index_ > 0 && m.has_request_list()) {
+    absl::Status s = WriteShm(*host, host->up(host_index_), 0, Serialize(m));
+    if (!s.ok()) {
+      const int leader = host_ranks_[0];
+      return RankLostError(leader, absl::StrCat("lost rank ", leader,
+                                                " (this host's leader): ",
+                                                s.message()));
     }
     return s;
   }
@@ -576,7 +692,7 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
     absl::Status first;
     for (int r : ranks) {
       if (r <= 0 || r >= size_) continue;
-      absl::Status s = WriteShm(shm->down(r), r, bytes);
+      absl::Status s = WriteShm(*shm, shm->down(r), r, bytes);
       if (!s.ok() && first.ok()) {
         first = RankLostError(r, absl::StrCat("rank ", r, " lost: ", s.message()));
       }

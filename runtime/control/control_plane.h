@@ -26,6 +26,37 @@
 // destroyed) and generated protobuf messages (whose default instances are
 // never destroyed), none of which exit tears down, besides what the
 // callbacks touch (the runtime's to keep safe).
+//
+// Note [Host relay]
+// A job over several hosts keeps TCP from every rank to the coordinator
+// (heartbeats, response lists, "rank k lost"), but on a host that runs
+// several of the job's ranks their request lists go to the host's leader,
+// its lowest rank, through rings in a shared segment of the host (the
+// segment of Note [Control over shared memory], made for the host's ranks,
+// ring 0 being the leader's), and the leader sends the coordinator one
+// message (wire::HostRequests) for all of them: each rank's lists in the
+// order it sent them, and, taken out of them, the global set's cache ids
+// that every rank of the host sent (HostBatch, runtime/host_relay.h),
+// which the coordinator counts for each of the host's ranks
+// (Coordinator::AddHostHits). In steady state a host of k ranks costs
+// the coordinator one message and one bit operation per id instead of k
+// of each. On rank 0's host rank 0 is the leader and the coordinator
+// itself: its host's lists arrive over shared memory, with nothing to
+// send on.
+// One path per rank keeps every rank's order: a rank's shutdown request
+// still arrives after its other lists (the coordinator marks a relayed
+// goodbye like one over the rank's own connection, so its closing is
+// not a loss). The leader holds the lists at most KOLO_CYCLE_TIME, only
+// while they are the global set's hits and some id waits for a rank of
+// the host that has not sent it (HostBatch::Due); and only between its
+// own collectives (like the coordinator, it reads its rings while its
+// background thread is not inside one). A lost leader is a lost rank,
+// found by its connection to the coordinator as any other; a rank behind
+// it learns it from the coordinator. The segment is private to the job's
+// user and unlinked once mapped, as the single-host one; its bytes, like
+// a ring's there, are parsed without a MAC (only the job's processes can
+// map it). The leader's KOLO_HIT_BOARD decides for its host (off: every
+// rank sends its own lists).
 #ifndef KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 #define KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 
@@ -101,8 +132,24 @@ class ControlPlane {
   absl::Status EnableSharedMemory(Store& store, absl::Time deadline,
                                   bool hit_board = false,
                                   int64_t fusion_threshold_bytes = 0);
+  // A job that spans hosts, on every rank of a host that runs several of
+  // its ranks: request lists go to the host's leader (its lowest rank)
+  // through a shared segment of the host, and the leader sends them on
+  // with the host's common hits ANDed (Note [Host relay]). `host_ranks`:
+  // the job's ranks on this host, ascending, this one among them. Every
+  // rank of the host must call it, after Create(); the leader's `enable`
+  // decides for the host, and if some rank cannot map the segment the
+  // host keeps TCP. Errors only when the store fails.
+  absl::Status EnableHostRelay(Store& store, absl::Time deadline,
+                               const std::vector<int>& host_ranks,
+                               bool enable);
+  // Whether this host relays; its leader, its ranks.
+  bool host_relay() const { return host_.load() != nullptr; }
+  int host_leader() const { return host_ranks_.empty() ? -1 : host_ranks_[0]; }
+  const std::vector<int>& host_ranks() const { return host_ranks_; }
+
   // The doorbell that peers ring when they send this rank a list over
-  // shared memory; null without shared memory. The background thread
+  // shared memory (the job's segment or the host's); null without. The background thread
   // should wait on it (and local events should ring it).
   Wakeup* doorbell();
   bool shared_memory() const { return shm_.load() != nullptr; }
@@ -162,7 +209,10 @@ class ControlPlane {
   // Background thread: moves complete messages from the incoming rings to
   // shm_events_. False if a peer sent garbage (reported as lost).
   bool DrainShm();
-  absl::Status WriteShm(ShmRing& ring, int to_rank, const std::string& bytes);
+  absl::Status WriteShm(ShmControlSegment& segment, ShmRing& ring, int to,
+                        const std::string& bytes);
+  // DrainShm for the host segment's incoming rings (the leader).
+  bool DrainHost(ShmControlSegment& host);
 
   const int rank_;
   const int size_;
@@ -202,6 +252,11 @@ class ControlPlane {
   std::unique_ptr<ShmControlSegment> shm_owner_;
   std::atomic<ShmControlSegment*> shm_{nullptr};
   std::vector<ControlEvent> shm_events_;  // background thread only
+  // The host relay (EnableHostRelay), set like shm_.
+  std::unique_ptr<ShmControlSegment> host_owner_;
+  std::atomic<ShmControlSegment*> host_{nullptr};
+  std::vector<int> host_ranks_;
+  int host_index_ = -1;  // this rank's place in host_ranks_
 };
 
 }  // namespace kolo

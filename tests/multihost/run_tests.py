@@ -336,6 +336,10 @@ class Suite:
             # Two ranks on each of two hosts: shm within, gloo between.
             check("process set 0: 4 ranks over shm+gloo" in log,
                   f"rank.{rank}.log does not say shm+gloo:\n{log}")
+            # Note [Host relay]: each host's lists go through its leader.
+            leader = 0 if rank < 2 else 2
+            check(f"this host's 2 ranks send through rank {leader}" in log,
+                  f"rank.{rank}.log does not name its host's leader:\n{log}")
         rx1, tx1 = a.counters()
         print(f"  hostA {IFACE}: {tx1 - tx0} bytes out, {rx1 - rx0} bytes in "
               f"for a {payload}-byte allreduce")

@@ -2,7 +2,10 @@
 // rank's stay the same through a sequence of steps, each side applying the
 // changes with the same code (ApplyResponse) as the runtime does: new names,
 // hits, eviction, a changed signature, an error, a fused response mixing
-// hits and misses, and a join (lists frozen while a rank has joined).
+// hits and misses, and a join (lists frozen while a rank has joined); and
+// the same with ranks 1 and 2 on a host whose leader relays their lists
+// (Note [Host relay]: their common hits reach the coordinator once, for
+// the host, through HostBatch and Coordinator::AddHostHits).
 #include <map>
 #include <string>
 #include <vector>
@@ -10,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kolo/types.h"
 #include "runtime/controller.h"
+#include "runtime/host_relay.h"
 #include "runtime/response_cache.h"
 
 namespace kolo {
@@ -83,13 +87,41 @@ class Rank {
   int64_t executed_seq_ = 0;
 };
 
-class CacheProtocolTest : public ::testing::Test {
+class CacheProtocolTest : public ::testing::TestWithParam<bool> {
  protected:
   static constexpr int kRanks = 3;
   static constexpr int kCapacity = 3;
 
-  CacheProtocolTest() : coordinator_(MakeConfig()) {
+  CacheProtocolTest() : coordinator_(MakeConfig()), host_({1, 2}) {
     for (int r = 0; r < kRanks; ++r) ranks_.emplace_back(r, kCapacity);
+  }
+
+  // Rank r's list to the coordinator: through the host's leader (ranks 1
+  // and 2) when relayed, sent on at Flush().
+  void Send(int r, wire::RequestList list) {
+    if (GetParam() && r > 0) {
+      host_.Add(r, std::move(list), now_);
+    } else {
+      coordinator_.AddRequests(r, std::move(list), now_);
+    }
+  }
+  void Flush() {
+    if (host_.empty()) return;
+    wire::HostRequests message;
+    int64_t n = 0;
+    host_.Take(&message, &n);
+    host_hits_ += n;
+    if (message.has_host_hits()) {
+      coordinator_.AddHostHits({1, 2}, message.host_hits(), now_);
+    }
+    for (wire::RelayedList& l : *message.mutable_lists()) {
+      coordinator_.AddRequests(l.rank(), std::move(*l.mutable_list()), now_);
+    }
+    std::vector<std::pair<int, int64_t>> acks;
+    for (const wire::RankAck& a : message.acks()) {
+      acks.emplace_back(a.rank(), a.acked_seq());
+    }
+    coordinator_.AddAcks(acks);
   }
 
   static Coordinator::Config MakeConfig() {
@@ -103,9 +135,8 @@ class CacheProtocolTest : public ::testing::Test {
   // Every rank submits its requests; the coordinator's response list is
   // executed by every rank; then the caches are compared.
   wire::ResponseList Step(const std::vector<std::vector<wire::Request>>& per_rank) {
-    for (int r = 0; r < kRanks; ++r) {
-      coordinator_.AddRequests(r, ranks_[r].Submit(per_rank[r]), now_);
-    }
+    for (int r = 0; r < kRanks; ++r) Send(r, ranks_[r].Submit(per_rank[r]));
+    Flush();
     wire::ResponseList list = coordinator_.TakeResponseList();
     for (Rank& rank : ranks_) rank.Execute(list);
     ++step_;
@@ -122,12 +153,14 @@ class CacheProtocolTest : public ::testing::Test {
   }
 
   Coordinator coordinator_;
+  HostBatch host_;
+  int64_t host_hits_ = 0;
   std::vector<Rank> ranks_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   int step_ = 0;
 };
 
-TEST_F(CacheProtocolTest, CoordinatorAndRanksChangeTheirCachesAlike) {
+TEST_P(CacheProtocolTest, CoordinatorAndRanksChangeTheirCachesAlike) {
   Step(Everyone({Allreduce("a", 4), Allreduce("b", 4)}));  // inserted
   EXPECT_EQ(coordinator_.cache().size(), 2u);
   wire::ResponseList hits = Step(Everyone({Allreduce("a", 4), Allreduce("b", 4)}));
@@ -151,7 +184,8 @@ TEST_F(CacheProtocolTest, CoordinatorAndRanksChangeTheirCachesAlike) {
     EXPECT_NE(name, "e");
   }
   // A join: while rank 2 has joined, lists change no cache.
-  coordinator_.AddRequests(2, ranks_[2].Submit({Join()}), now_);
+  Send(2, ranks_[2].Submit({Join()}));
+  Flush();
   const auto frozen = coordinator_.cache().Contents();
   wire::ResponseList joined =
       Step({{Allreduce("d", 4)}, {Allreduce("d", 4)}, {}});
@@ -161,16 +195,22 @@ TEST_F(CacheProtocolTest, CoordinatorAndRanksChangeTheirCachesAlike) {
   // And after it, hits and inserts again.
   Step(Everyone({Allreduce("d", 4), Allreduce("f", 4), Allreduce("g", 4)}));
   EXPECT_EQ(coordinator_.cache().size(), 3u);
+  // Relayed, the host's hits went once for it (a, b in step 2; d in step 4
+  // and after the join).
+  if (GetParam()) {
+    EXPECT_GE(host_hits_, 4);
+  }
 }
 
 // The last rank to join ends the join before the coordinator takes the
 // list, but the sums made ready while ranks had joined are in it: the list
 // must still change no cache (the joined ranks have no request to insert).
 // negotiation_fuzzer found this.
-TEST_F(CacheProtocolTest, SumsReadyDuringAJoinChangeNoCacheAfterItEnds) {
-  coordinator_.AddRequests(1, ranks_[1].Submit({Allreduce("x", 4)}), now_);
-  coordinator_.AddRequests(0, ranks_[0].Submit({Join()}), now_);
-  coordinator_.AddRequests(2, ranks_[2].Submit({Join()}), now_);
+TEST_P(CacheProtocolTest, SumsReadyDuringAJoinChangeNoCacheAfterItEnds) {
+  Send(1, ranks_[1].Submit({Allreduce("x", 4)}));
+  Send(0, ranks_[0].Submit({Join()}));
+  Send(2, ranks_[2].Submit({Join()}));
+  Flush();
   wire::ResponseList list = Step({{}, {Join()}, {}});
   ASSERT_EQ(list.responses_size(), 2);
   EXPECT_EQ(list.responses(0).names(0), "x");
@@ -182,6 +222,11 @@ TEST_F(CacheProtocolTest, SumsReadyDuringAJoinChangeNoCacheAfterItEnds) {
   Step(Everyone({Allreduce("x", 4)}));
   EXPECT_EQ(coordinator_.cache().size(), 1u);
 }
+
+INSTANTIATE_TEST_SUITE_P(Relay, CacheProtocolTest, ::testing::Bool(),
+                         [](const auto& info) {
+                           return info.param ? "ThroughAHostLeader" : "Direct";
+                         });
 
 }  // namespace
 }  // namespace kolo

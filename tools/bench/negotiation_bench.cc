@@ -26,6 +26,8 @@
 #include "kolo/types.h"
 #include "runtime/control/hit_board.h"
 #include "runtime/controller.h"
+#include "runtime/host_relay.h"
+#include "runtime/response_cache.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
@@ -184,18 +186,35 @@ CycleCost Measure(int ranks, const Flags& flags, bool steady,
   return cost;
 }
 
-// Hierarchical negotiation, on paper: a host leader ANDs its local ranks'
-// steady-state lists (the ids every local rank sent; in the runtime this
-// would be the shared-memory control segment) and sends one list; the
-// coordinator negotiates over hosts. One host's AND, in µs (median).
-double HostAnd(const Flags& flags, Coordinator& reference) {
-  const int local = flags.ranks_per_host;
-  std::vector<std::string> lists(local);
-  for (int r = 0; r < local; ++r) {
+// The host relay as built (Note [Host relay] in
+// runtime/control/control_plane.h): each host's leader batches its ranks'
+// steady-state lists (HostBatch: the ids every rank of the host sent go
+// once for the host) and the coordinator takes one HostRequests per host
+// (parse + Coordinator::AddHostHits + each rank's ack, the lists having
+// nothing else left) + TakeResponseList + serialising the ResponseList. The
+// coordinator's cycle, in us (median); *leader_us: one leader's share
+// (HostBatch Add + Due + Take for its ranks' parsed lists, serialising
+// the message), median.
+double MeasureRelayed(int ranks, const Flags& flags, double* leader_us) {
+  Coordinator coordinator = MakeCoordinator(ranks, 1024);
+  std::string response;
+  size_t responses = 0;
+  Cycle(coordinator, FullLists(ranks, flags.tensors, 0), &response,
+        &responses);
+  const int per_host = flags.ranks_per_host;
+  std::vector<std::vector<int>> hosts;
+  for (int first = 0; first < ranks; first += per_host) {
+    std::vector<int>& host = hosts.emplace_back();
+    for (int r = first; r < std::min(ranks, first + per_host); ++r) {
+      host.push_back(r);
+    }
+  }
+  auto steady_list = [&](int r) {
     wire::RequestList list;
+    list.set_acked_seq(1);
     std::vector<int64_t> ids;
     for (int k = 0; k < flags.tensors; ++k) {
-      ids.push_back(reference.cache().Lookup(
+      ids.push_back(coordinator.cache().Lookup(
           GradientRequest(r, (k + r) % flags.tensors)));
     }
     if (flags.hits_as_list) {
@@ -203,42 +222,72 @@ double HostAnd(const Flags& flags, Coordinator& reference) {
     } else {
       AddCacheHits(&ids, &list);
     }
-    list.SerializeToString(&lists[r]);
+    return list;
+  };
+  // Every host's message, as its leader makes it.
+  std::vector<std::string> messages(hosts.size());
+  const absl::Time t = absl::Now();
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    HostBatch batch(hosts[h]);
+    for (int r : hosts[h]) batch.Add(r, steady_list(r), t);
+    wire::HostRequests out;
+    int64_t n = 0;
+    batch.Take(&out, &n);
+    out.SerializeToString(&messages[h]);
+  }
+  {
+    std::vector<wire::RequestList> lists;
+    for (int r : hosts[0]) lists.push_back(steady_list(r));
+    HostBatch batch(hosts[0]);
+    std::vector<double> us;
+    std::string bytes;
+    for (int c = 0; c < flags.cycles; ++c) {
+      std::vector<wire::RequestList> copies = lists;  // (not timed)
+      const auto t0 = std::chrono::steady_clock::now();
+      for (size_t i = 0; i < copies.size(); ++i) {
+        batch.Add(hosts[0][i], std::move(copies[i]), t);
+      }
+      if (batch.Due(absl::Milliseconds(1), false) != absl::InfinitePast()) {
+        std::fprintf(stderr, "negotiation_bench: a host's lists are held\n");
+        std::exit(1);
+      }
+      wire::HostRequests out;
+      int64_t n = 0;
+      batch.Take(&out, &n);
+      out.SerializeToString(&bytes);
+      const auto t1 = std::chrono::steady_clock::now();
+      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    *leader_us = us[us.size() / 2];
   }
   std::vector<double> us;
-  std::string out;
-  absl::flat_hash_map<int64_t, int> count;
+  std::vector<int> host_ranks;
+  std::vector<std::pair<int, int64_t>> acks;
   for (int c = 0; c < flags.cycles; ++c) {
     const auto t0 = std::chrono::steady_clock::now();
-    wire::RequestList list, anded;
-    list.ParseFromString(lists[0]);
-    bool words = list.cached_ids_size() == 0;
-    if (words) {  // The local ranks' bit vectors ANDed word by word.
-      anded = list;
-      for (int r = 1; r < local && words; ++r) {
-        list.ParseFromString(lists[r]);
-        words = list.cached_ids_size() == 0 &&
-                list.hit_base() == anded.hit_base() &&
-                list.hit_bits_size() == anded.hit_bits_size();
-        for (int w = 0; words && w < list.hit_bits_size(); ++w) {
-          anded.set_hit_bits(w, anded.hit_bits(w) & list.hit_bits(w));
-        }
+    const absl::Time now = absl::Now();
+    wire::HostRequests message;
+    for (const std::string& bytes : messages) {
+      message.ParseFromString(bytes);
+      host_ranks.assign(message.ranks().begin(), message.ranks().end());
+      coordinator.AddHostHits(host_ranks, message.host_hits(), now);
+      for (wire::RelayedList& l : *message.mutable_lists()) {
+        coordinator.AddRequests(l.rank(), std::move(*l.mutable_list()), now);
       }
-    }
-    if (!words) {  // Ids as lists (or bits of different spans): counted.
-      count.clear();
-      anded.Clear();
-      std::vector<int64_t> all;
-      for (int r = 0; r < local; ++r) {
-        list.ParseFromString(lists[r]);
-        ForEachCacheHit(list, [&](int64_t id) {
-          if (++count[id] == local) all.push_back(id);
-        });
+      acks.clear();
+      for (const wire::RankAck& a : message.acks()) {
+        acks.emplace_back(a.rank(), a.acked_seq());
       }
-      AddCacheHits(&all, &anded);
+      coordinator.AddAcks(acks);
     }
-    anded.SerializeToString(&out);
+    wire::ResponseList list = coordinator.TakeResponseList();
+    list.SerializeToString(&response);
     const auto t1 = std::chrono::steady_clock::now();
+    if (list.responses_size() == 0) {
+      std::fprintf(stderr, "negotiation_bench: nothing ready over hosts\n");
+      std::exit(1);
+    }
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   std::sort(us.begin(), us.end());
@@ -321,17 +370,18 @@ int main(int argc, char** argv) {
       "# median of %d cycles (one process, no network)\n",
       flags.tensors, flags.cycles);
   std::printf(
-      "# hier: steady state negotiated by host leaders (%d ranks per host):\n"
-      "# one host's AND of its ranks' lists + the coordinator over hosts\n"
-      "# (simulated: the runtime has no tier across hosts); board: one\n"
-      "# host's steady cycle on the runtime's hit board, every local rank's\n"
-      "# share summed (the within-host AND as built)\n",
+      "# hier: steady state through the host relay as built (%d ranks per\n"
+      "# host): the coordinator's cycle over one message per host (one\n"
+      "# process, the hosts' messages made beforehand by HostBatch); host:\n"
+      "# one leader's batching of its ranks' lists; board: one host's steady\n"
+      "# cycle on the hit board (jobs on one host), every local rank's share\n"
+      "# summed\n",
       flags.ranks_per_host);
   std::printf(
       "# %6s | %11s %9s %9s | %11s %9s %9s | %11s | %9s | %9s %9s | %9s\n",
       "ranks", "steady(us)", "us/rank", "req(B)", "cold(us)", "us/rank",
       "req(B)", "first(us)", "resp(B)", "hier(us)", "host(us)", "board(us)");
-  // A cache with the tensors' ids, for the host leaders' lists.
+  // A cache with the tensors' ids, for the board's lists.
   kolo::Coordinator reference = kolo::MakeCoordinator(1, 1024);
   {
     std::string response;
@@ -339,15 +389,12 @@ int main(int argc, char** argv) {
     kolo::Cycle(reference, kolo::FullLists(1, flags.tensors, 0), &response,
                 &responses);
   }
-  const double host_us = kolo::HostAnd(flags, reference);
   const double board_us = kolo::BoardCycle(flags, reference);
   for (int ranks : flags.ranks) {
     double first = 0;
     const auto steady = kolo::Measure(ranks, flags, /*steady=*/true, &first);
-    const int hosts =
-        (ranks + flags.ranks_per_host - 1) / flags.ranks_per_host;
-    const auto over_hosts =
-        kolo::Measure(hosts, flags, /*steady=*/true, nullptr);
+    double host_us = 0;
+    const double hier_us = kolo::MeasureRelayed(ranks, flags, &host_us);
     const auto cold = flags.cold
                           ? kolo::Measure(ranks, flags, /*steady=*/false, nullptr)
                           : kolo::CycleCost();
@@ -357,7 +404,7 @@ int main(int argc, char** argv) {
         ranks, steady.median_us, steady.median_us / ranks,
         steady.request_bytes_per_rank, cold.median_us, cold.median_us / ranks,
         cold.request_bytes_per_rank, first, steady.response_bytes,
-        host_us + over_hosts.median_us, host_us, board_us);
+        hier_us, host_us, board_us);
     std::fflush(stdout);
   }
   return 0;

@@ -106,7 +106,9 @@ struct Options {
   // The global set's cache hits ANDed in the shared-memory control segment
   // instead of at the coordinator, when every rank is on one host (Note
   // [Hits on the board] in runtime/control/hit_board.h); rank 0's value
-  // decides for the job.
+  // decides for the job. Over several hosts: the host relay (Note [Host
+  // relay] in runtime/control/control_plane.h), each host leader's value
+  // deciding for its host.
   bool hit_board = true;              // KOLO_HIT_BOARD
   bool hierarchical_allreduce = false;  // KOLO_HIERARCHICAL_ALLREDUCE
 

@@ -110,6 +110,13 @@ struct RuntimeStats {
   int64_t board_hits = 0;
   int64_t board_records_executed = 0;
   int64_t request_lists_sent = 0;   // control messages to the coordinator
+  // A host leader of a job over several hosts (Note [Host relay] in
+  // runtime/control/control_plane.h): messages it sent the coordinator for
+  // its host's ranks, and cache ids it sent once for all of them; rank 0:
+  // such messages received.
+  int64_t host_messages_sent = 0;
+  int64_t host_hits_sent = 0;
+  int64_t coordinator_host_messages_received = 0;
   int64_t response_lists_received = 0;
   int64_t collectives_executed = 0; // backend collectives (after fusion)
   int64_t tensors_executed = 0;
