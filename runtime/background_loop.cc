@@ -75,6 +75,14 @@ void RuntimeImpl::BackgroundLoop() {
     timeline_.CycleStart();
 
     CoalesceSubmissions();
+    if (control_ && control_->host_relay()) {
+      // Note [Host relay]: lists that did not fit into the ring yet.
+      if (control_->host_out_pending()) control_->PushHostOut();
+      if (absl::Status leader = control_->HostLeaderStatus(); !leader.ok()) {
+        Fatal(leader);
+        break;
+      }
+    }
     SendRequests(absl::Now());
     if (board_) ExecuteBoard(&done);  // what this rank's bits completed
     if (!fatal_status().ok() || done) break;
@@ -84,11 +92,8 @@ void RuntimeImpl::BackgroundLoop() {
         // Note [Host relay]: the host's lists go on with this rank's own.
         for (ControlEvent& event : events) {
           if (!event.message.has_request_list()) continue;
-          wire::RequestList& list = *event.message.mutable_request_list();
-          for (const wire::Request& r : list.requests()) {
-            if (r.type() == wire::JOIN) relay_join_ = true;
-          }
-          relay_->Add(event.from_rank, std::move(list), now);
+          relay_->Add(event.from_rank,
+                      std::move(*event.message.mutable_request_list()), now);
           event.message.Clear();
         }
         FlushRelay(now, &next_wakeup);
@@ -137,6 +142,9 @@ void RuntimeImpl::BackgroundLoop() {
     next_wakeup = std::min(next_wakeup,
                            queue_.ExpireLocal(now, options_.op_timeout));
   }
+  // A leader whose loop ends before the job's end (an error): its host's
+  // ranks must not wait for it.
+  if (relay_ && !done) control_->StopHostRelay();
   {
     MutexLock lock(&state_mu_);
     loop_done_ = true;
@@ -200,8 +208,8 @@ bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
     MutexLock lock(&sets_mu_);
     global = sets_.at(kGlobalProcessSet);
   }
-  if (message.has_host_hits()) {
-    global->coordinator->AddHostHits(ranks, message.host_hits(), now);
+  for (const wire::RequestList& hits : message.host_hits()) {
+    global->coordinator->AddHostHits(ranks, hits, now);
   }
   for (wire::RelayedList& l : *message.mutable_lists()) {
     if (!AcceptRequestList(l.rank(), std::move(*l.mutable_list()), now)) {
@@ -219,7 +227,7 @@ bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
 }
 
 void RuntimeImpl::FlushRelay(absl::Time now, absl::Time* next_wakeup) {
-  const absl::Time due = relay_->Due(options_.cycle_time, relay_join_);
+  const absl::Time due = relay_->Due(options_.cycle_time);
   if (now < due) {
     *next_wakeup = std::min(*next_wakeup, due);
     return;
@@ -228,11 +236,41 @@ void RuntimeImpl::FlushRelay(absl::Time now, absl::Time* next_wakeup) {
   int64_t host_hits = 0;
   relay_->Take(message.mutable_host_requests(), &host_hits);
   counters_.host_hits_sent += host_hits;
-  ++counters_.host_messages_sent;
-  absl::Status s = control_->SendToCoordinator(message);
-  if (!s.ok()) {
-    Fatal(s);
-    return;
+  // A message stays well under the control channel's frame limit: a large
+  // batch (a first step's full requests from many ranks) goes as several,
+  // in order (the hits in the first, the acks in the last, as in one).
+  constexpr size_t kMaxBytes = 16u << 20;
+  std::vector<wire::ControlMessage> messages;
+  if (message.ByteSizeLong() > kMaxBytes) {
+    wire::HostRequests& all = *message.mutable_host_requests();
+    wire::ControlMessage part;
+    *part.mutable_host_requests()->mutable_ranks() = all.ranks();
+    part.mutable_host_requests()->mutable_host_hits()->Swap(
+        all.mutable_host_hits());
+    size_t bytes = 0;
+    for (wire::RelayedList& l : *all.mutable_lists()) {
+      const size_t n = l.ByteSizeLong();
+      if (bytes > 0 && bytes + n > kMaxBytes) {
+        messages.push_back(std::move(part));
+        part = wire::ControlMessage();
+        *part.mutable_host_requests()->mutable_ranks() = all.ranks();
+        bytes = 0;
+      }
+      part.mutable_host_requests()->add_lists()->Swap(&l);
+      bytes += n;
+    }
+    part.mutable_host_requests()->mutable_acks()->Swap(all.mutable_acks());
+    messages.push_back(std::move(part));
+  } else {
+    messages.push_back(std::move(message));
+  }
+  for (const wire::ControlMessage& m : messages) {
+    ++counters_.host_messages_sent;
+    absl::Status s = control_->SendToCoordinator(m);
+    if (!s.ok()) {
+      Fatal(s);
+      return;
+    }
   }
   if (relay_->rounds() > 2 * static_cast<size_t>(options_.cache_capacity) + 64) {
     std::shared_ptr<ProcessSetState> global;
@@ -240,8 +278,8 @@ void RuntimeImpl::FlushRelay(absl::Time now, absl::Time* next_wakeup) {
       MutexLock lock(&sets_mu_);
       global = sets_.at(kGlobalProcessSet);
     }
-    // This rank's cache is the host's: an id it no longer has, no rank of
-    // the host sends again.
+    // An id this rank's cache no longer has: the host's ranks, which run
+    // the same lists, will not send it again (a wrong guess costs a hold).
     relay_->ForgetRounds(
         [&](int64_t id) { return !global->cache->IsCurrent(id); });
   }
@@ -299,7 +337,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   queue_.TakeNewRequests([&](const wire::Request& r) {
     ProcessSetState& set = *sets.at(r.process_set());
     wire::RequestList& list = lists[r.process_set()];
-    if (r.type() == wire::JOIN) joined_ = relay_join_ = true;
+    if (r.type() == wire::JOIN) joined_ = true;
     const int64_t id = set.cache->Lookup(r);
     if (id >= 0) {
       hits[r.process_set()].push_back(id);
@@ -582,7 +620,7 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     if (entry) entry->Complete(s);
     return;
   }
-  if (response.type() == wire::RESPONSE_JOIN) joined_ = relay_join_ = false;
+  if (response.type() == wire::RESPONSE_JOIN) joined_ = false;
 
   std::vector<std::unique_ptr<TensorEntry>> taken;
   queue_.TakeAll(set.id, response.names(), &taken);

@@ -1,7 +1,6 @@
 #include "runtime/host_relay.h"
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "kolo/runtime.h"
@@ -13,12 +12,26 @@ HostBatch::HostBatch(std::vector<int> host_ranks)
     : host_(std::move(host_ranks)),
       anded_(host_.size() <= 64),
       all_(host_.size() >= 64 ? ~uint64_t{0}
-                              : (uint64_t{1} << host_.size()) - 1) {}
+                              : (uint64_t{1} << host_.size()) - 1),
+      in_join_(host_.size(), false) {}
+
+int HostBatch::Index(int rank) const {
+  return static_cast<int>(std::lower_bound(host_.begin(), host_.end(), rank) -
+                          host_.begin());
+}
 
 void HostBatch::Add(int rank, wire::RequestList list, absl::Time now) {
   if (list.process_set() != kGlobalProcessSet || list.requests_size() > 0 ||
       list.shutdown()) {
     only_hits_ = false;
+  }
+  if (list.process_set() == kGlobalProcessSet) {
+    bool join = false;
+    for (const wire::Request& r : list.requests()) {
+      join = join || r.type() == wire::JOIN;
+    }
+    const int i = Index(rank);
+    if (i < static_cast<int>(in_join_.size())) in_join_[i] = join;
   }
   wire::RelayedList& relayed = lists_.emplace_back();
   relayed.set_rank(rank);
@@ -31,9 +44,17 @@ void HostBatch::CountHits() {
   if (!anded_) return;
   for (const wire::RelayedList& relayed : lists_) {
     if (relayed.list().process_set() != kGlobalProcessSet) continue;
-    const auto at = std::lower_bound(host_.begin(), host_.end(), relayed.rank());
-    const uint64_t bit = uint64_t{1} << (at - host_.begin());
-    ForEachCacheHit(relayed.list(), [&](int64_t id) { batch_[id] |= bit; });
+    const uint64_t bit = uint64_t{1} << Index(relayed.rank());
+    const int64_t acked = relayed.list().acked_seq();
+    ForEachCacheHit(relayed.list(), [&](int64_t id) {
+      Carried& c = batch_[id];
+      if (c.mask == 0) {
+        c.acked = acked;
+      } else if (c.acked != acked) {
+        c.mixed = true;
+      }
+      c.mask |= bit;
+    });
   }
 }
 
@@ -45,14 +66,16 @@ absl::flat_hash_map<int64_t, uint64_t>::iterator HostBatch::SplitRound(
   return it;
 }
 
-absl::Time HostBatch::Due(absl::Duration hold, bool in_join) {
+absl::Time HostBatch::Due(absl::Duration hold) {
   if (lists_.empty()) return absl::InfiniteFuture();
+  const bool in_join =
+      std::find(in_join_.begin(), in_join_.end(), true) != in_join_.end();
   if (!only_hits_ || in_join || !anded_ || hold <= absl::ZeroDuration()) {
     return absl::InfinitePast();
   }
   CountHits();
-  for (const auto& [id, mask] : batch_) {
-    if (mask != all_ && SplitRound(id, mask) == split_.end()) {
+  for (const auto& [id, c] : batch_) {
+    if (c.mask != all_ && SplitRound(id, c.mask) == split_.end()) {
       return since_ + hold;  // waits for a rank of the host
     }
   }
@@ -62,16 +85,16 @@ absl::Time HostBatch::Due(absl::Duration hold, bool in_join) {
 void HostBatch::Take(wire::HostRequests* out, int64_t* host_hits) {
   CountHits();
   host_ids_.clear();
-  for (const auto& [id, mask] : batch_) {
-    auto it = SplitRound(id, mask);
+  for (const auto& [id, c] : batch_) {
+    auto it = SplitRound(id, c.mask);
     if (it == split_.end()) {
       split_.erase(id);  // (A round that ended, if any.)
-      if (mask == all_) {
-        host_ids_.push_back(id);
+      if (c.mask == all_ && !c.mixed) {
+        host_ids_.emplace_back(c.acked, id);
       } else {
-        split_.emplace(id, mask);
+        split_.emplace(id, c.mask);
       }
-    } else if ((it->second |= mask) == all_) {
+    } else if ((it->second |= c.mask) == all_) {
       split_.erase(it);
     }
   }
@@ -79,32 +102,43 @@ void HostBatch::Take(wire::HostRequests* out, int64_t* host_hits) {
   *host_hits = static_cast<int64_t>(host_ids_.size());
   if (!host_ids_.empty()) {
     std::sort(host_ids_.begin(), host_ids_.end());
-    // Any sender's ack will do for the coordinator's errors (an id is
-    // taken by an error for every rank that sent it or for none).
-    int64_t acked = std::numeric_limits<int64_t>::max();
+    auto is_host_id = [&](int64_t id) {
+      auto it = batch_.find(id);
+      return it != batch_.end() && std::binary_search(
+                                       host_ids_.begin(), host_ids_.end(),
+                                       std::make_pair(it->second.acked, id));
+    };
     for (wire::RelayedList& relayed : lists_) {
       wire::RequestList& list = *relayed.mutable_list();
       if (list.process_set() != kGlobalProcessSet) continue;
       keep_.clear();
       bool had = false;
       ForEachCacheHit(list, [&](int64_t id) {
-        if (std::binary_search(host_ids_.begin(), host_ids_.end(), id)) {
+        if (is_host_id(id)) {
           had = true;
         } else {
           keep_.push_back(id);
         }
       });
       if (!had) continue;
-      acked = std::min(acked, list.acked_seq());
       list.clear_cached_ids();
       list.clear_hit_base();
       list.clear_hit_bits();
       AddCacheHits(&keep_, &list);
     }
-    wire::RequestList& hits = *out->mutable_host_hits();
-    hits.set_process_set(kGlobalProcessSet);
-    hits.set_acked_seq(acked);
-    AddCacheHits(&host_ids_, &hits);
+    // One list per acked_seq (usually one: the host's ranks have run the
+    // same lists), with that ack for the coordinator's errors.
+    for (size_t i = 0; i < host_ids_.size();) {
+      const int64_t acked = host_ids_[i].first;
+      group_.clear();
+      for (; i < host_ids_.size() && host_ids_[i].first == acked; ++i) {
+        group_.push_back(host_ids_[i].second);
+      }
+      wire::RequestList& hits = *out->add_host_hits();
+      hits.set_process_set(kGlobalProcessSet);
+      hits.set_acked_seq(acked);
+      AddCacheHits(&group_, &hits);
+    }
   }
   for (wire::RelayedList& relayed : lists_) {
     const wire::RequestList& list = relayed.list();

@@ -16,6 +16,10 @@
 // send it again before the round ran, which needs this very hit), and a
 // join or a shutdown is a rank's last list of a round.
 //
+// An id goes once for the host only if the lists that carry it agree on
+// their acked_seq, which the coordinator needs for its errors (Note
+// [Requests an error will take]); the host's hits travel grouped by it.
+//
 // When to send: at once if some list is more than the global set's hits
 // (a request, a shutdown, another set's list) or some rank of the host is
 // in a join; otherwise once every id held is decided: every rank's bit is
@@ -49,21 +53,29 @@ class HostBatch {
   void Add(int rank, wire::RequestList list, absl::Time now);
   bool empty() const { return lists_.empty(); }
   // When the held lists must go: InfinitePast for at once, never later
-  // than the first one's arrival + `hold`. `in_join`: a rank of the host
-  // is in a join (its partners' hits will not all come).
-  absl::Time Due(absl::Duration hold, bool in_join);
+  // than the first one's arrival + `hold`.
+  absl::Time Due(absl::Duration hold);
   // Moves the held lists into `out`, the host's common hits taken out of
   // them (their count in *host_hits).
   void Take(wire::HostRequests* out, int64_t* host_hits);
-  // Drops the rounds of ids for which `gone` is true (ids no rank of the
-  // host will send again: evicted or failed before every rank sent them).
+  // Drops the rounds of ids for which `gone` is true (the leader's guess
+  // that no rank of the host will send them again: ids its cache no longer
+  // has). A wrong guess costs a hold at most, never a wrong host hit: a
+  // forgotten round's late bits are held like a new round's.
   void ForgetRounds(const std::function<bool(int64_t)>& gone);
   size_t rounds() const { return split_.size(); }
   const std::vector<int>& host_ranks() const { return host_; }
 
  private:
-  // Per id in the held lists: the local ranks (bit i: host_[i]) that carry it.
+  // Per id in the held lists: the local ranks (bit i: host_[i]) that carry
+  // it, and the acked_seq of the lists that do (if they all agree).
+  struct Carried {
+    uint64_t mask = 0;
+    int64_t acked = 0;
+    bool mixed = false;  // lists with different acked_seq carry it
+  };
   void CountHits();
+  int Index(int rank) const;
   // The split round of `id` that `mask`'s ranks belong to, or end().
   absl::flat_hash_map<int64_t, uint64_t>::iterator SplitRound(int64_t id,
                                                               uint64_t mask);
@@ -76,8 +88,12 @@ class HostBatch {
   bool only_hits_ = true;  // every held list is the global set's hits only
   // Per id: the local ranks that sent it on alone in its current round.
   absl::flat_hash_map<int64_t, uint64_t> split_;
-  absl::flat_hash_map<int64_t, uint64_t> batch_;  // CountHits' (storage)
-  std::vector<int64_t> host_ids_, keep_;          // Take's (storage)
+  // Local ranks whose last global-set list was a join: their partners'
+  // hits will not all come, so nothing is held while one is in a join.
+  std::vector<bool> in_join_;
+  absl::flat_hash_map<int64_t, Carried> batch_;  // CountHits' (storage)
+  std::vector<std::pair<int64_t, int64_t>> host_ids_;  // Take's: (acked, id)
+  std::vector<int64_t> keep_, group_;                  // Take's (storage)
 };
 
 }  // namespace kolo

@@ -249,11 +249,10 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
 
   // Note [Host relay]: the lists this rank holds as its host's leader
   // (null unless it leads a relaying host; rank 0 takes its host's lists
-  // as the coordinator); whether a rank of the host is in a join. Rank 0:
+  // as the coordinator). Rank 0:
   // each rank's host leader, and each leader's number of ranks (to check
   // the leaders' messages). Background thread only.
   std::unique_ptr<HostBatch> relay_;
-  bool relay_join_ = false;
   std::vector<int> host_leader_of_;
   absl::flat_hash_map<int, int> host_size_of_leader_;
   std::vector<std::pair<int, int64_t>> relay_acks_;  // (storage)

@@ -319,6 +319,13 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
       return;
     }
     if (message.has_heartbeat()) continue;
+    if (message.has_leaving()) {
+      if (rank_ == 0) {
+        MutexLock lock(&mu_);
+        leaving_[peer] = true;
+      }
+      continue;
+    }
     if (message.has_rank_lost() && rank_ != 0) {
       const auto& lost = message.rank_lost();
       shutting_down_ = true;  // The job is over; the coordinator will close.
@@ -540,6 +547,7 @@ bool ControlPlane::DrainHost(ShmControlSegment& host) {
     frames.clear();
     absl::Status s = host.up(peer).ReadAll(&frames);
     const int from = host_ranks_[peer];
+    if (host.waiting_for_room(peer)) host.Notify(peer);  // (read: room)
     for (std::string& frame : frames) {
       wire::ControlMessage message;
       if (!message.ParseFromString(frame) || !message.has_request_list()) {
@@ -630,6 +638,7 @@ absl::Status ControlPlane::WriteShm(ShmControlSegment& segment, ShmRing& ring,
   // its own rings so that two writers cannot wait for each other.
   absl::Status s =
       ring.Write(bytes, absl::Now() + liveness_.heartbeat_timeout, [&] {
+        segment.Notify(to);  // The reader may be asleep: let it read.
         DrainShm();
         return !closed_ && !lost_reported_;
       });
@@ -648,14 +657,24 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
   }
   if (ShmControlSegment* host = host_.load();
       host && host_index_ > 0 && m.has_request_list()) {
-    absl::Status s = WriteShm(*host, host->up(host_index_), 0, Serialize(m));
-    if (!s.ok()) {
-      const int leader = host_ranks_[0];
-      return RankLostError(leader, absl::StrCat("lost rank ", leader,
-                                                " (this host's leader): ",
-                                                s.message()));
+    KOLO_RETURN_IF_ERROR(HostLeaderStatus());
+    if (m.request_list().shutdown()) {
+      // Note [Host relay]: said over this rank's own connection first, so
+      // that its closing is no loss even before the goodbye arrives.
+      wire::ControlMessage leaving;
+      leaving.mutable_leaving();
+      std::shared_ptr<net::SecureChannel> channel;
+      {
+        MutexLock lock(&mu_);
+        channel = channels_[0];
+      }
+      if (!channel || !channel->Send(Serialize(leaving)).ok()) {
+        return RankLostError(0, "lost coordinator (rank 0)");
+      }
     }
-    return s;
+    host_out_.push_back(Serialize(m));
+    PushHostOut();
+    return absl::OkStatus();
   }
   std::shared_ptr<net::SecureChannel> channel;
   {
@@ -668,6 +687,44 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
     return RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
   }
   return s;
+}
+
+void ControlPlane::PushHostOut() {
+  ShmControlSegment* host = host_.load();
+  if (!host || host_out_.empty()) return;
+  ShmRing& ring = host->up(host_index_);
+  bool wrote = false;
+  for (int attempt = 0; attempt < 2 && !host_out_.empty(); ++attempt) {
+    while (!host_out_.empty()) {
+      const std::string& frame = host_out_.front();
+      const size_t reached = ring.TryWrite(frame, host_out_offset_);
+      wrote = wrote || reached != host_out_offset_;
+      host_out_offset_ = reached;
+      if (reached < frame.size()) break;
+      host_out_.pop_front();
+      host_out_offset_ = 0;
+    }
+    // Full: ask the leader to ring back once it has read, then look again
+    // (it may have read in between, before it could see the request).
+    host->SetWaitingForRoom(host_index_, !host_out_.empty());
+  }
+  if (wrote || !host_out_.empty()) host->Notify(0);
+}
+
+absl::Status ControlPlane::HostLeaderStatus() const {
+  ShmControlSegment* host = host_.load();
+  if (!host || host_index_ == 0 || !host->stopped(0)) return absl::OkStatus();
+  const int leader = host_ranks_[0];
+  return RankLostError(leader, absl::StrCat("rank ", leader,
+                                            ", this host's leader, stopped "
+                                            "relaying its ranks' requests"));
+}
+
+void ControlPlane::StopHostRelay() {
+  ShmControlSegment* host = host_.load();
+  if (!host || host_index_ != 0) return;
+  host->SetStopped(0);
+  for (int i = 1; i < host->size(); ++i) host->Notify(i);
 }
 
 absl::Status ControlPlane::FailJob(const absl::Status& status) {

@@ -61,6 +61,7 @@
 #define KOLO_RUNTIME_CONTROL_CONTROL_PLANE_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -145,6 +146,17 @@ class ControlPlane {
                                bool enable);
   // Whether this host relays; its leader, its ranks.
   bool host_relay() const { return host_.load() != nullptr; }
+  // A rank behind a leader: request lists that did not fit into its ring
+  // yet wait here, in order (SendToCoordinator never blocks on a full
+  // ring: the leader may be in a collective that needs this rank); the
+  // background thread retries them each pass (the leader rings it when it
+  // has read). Background thread.
+  bool host_out_pending() const { return !host_out_.empty(); }
+  void PushHostOut();
+  // A rank behind a leader: the leader stopped relaying (its loop ended on
+  // an error). Leader: says so to its host's ranks and rings them.
+  absl::Status HostLeaderStatus() const;  // Unavailable once it stopped
+  void StopHostRelay();
   int host_leader() const { return host_ranks_.empty() ? -1 : host_ranks_[0]; }
   const std::vector<int>& host_ranks() const { return host_ranks_; }
 
@@ -257,6 +269,8 @@ class ControlPlane {
   std::atomic<ShmControlSegment*> host_{nullptr};
   std::vector<int> host_ranks_;
   int host_index_ = -1;  // this rank's place in host_ranks_
+  std::deque<std::string> host_out_;  // PushHostOut's (background thread)
+  size_t host_out_offset_ = 0;        // bytes of host_out_.front() written
 };
 
 }  // namespace kolo

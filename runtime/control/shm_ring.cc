@@ -83,6 +83,27 @@ absl::Status ShmRing::Write(const std::string& message, absl::Time deadline,
   return absl::OkStatus();
 }
 
+size_t ShmRing::TryWrite(const std::string& message, size_t offset) {
+  do {
+    const size_t n = std::min(max_fragment_, message.size() - offset);
+    const uint32_t frame[2] = {static_cast<uint32_t>(n),
+                               offset + n == message.size() ? 1u : 0u};
+    const size_t need = kFrameHeader + RoundUp8(n);
+    const uint64_t head = header_->head.load(std::memory_order_relaxed);
+    // (seq_cst: a writer that then says it waits, or a reader that then
+    // looks whether one does, sees the other's side.)
+    if (capacity_ - (head - header_->tail.load(std::memory_order_seq_cst)) <
+        need) {
+      return offset;
+    }
+    CopyIn(head, frame, kFrameHeader);
+    CopyIn(head + kFrameHeader, message.data() + offset, n);
+    header_->head.store(head + need, std::memory_order_release);
+    offset += n;
+  } while (offset < message.size());
+  return offset;
+}
+
 absl::Status ShmRing::ReadAll(std::vector<std::string>* out) {
   uint64_t tail = header_->tail.load(std::memory_order_relaxed);
   const uint64_t head = header_->head.load(std::memory_order_acquire);
@@ -108,7 +129,7 @@ absl::Status ShmRing::ReadAll(std::vector<std::string>* out) {
       partial_.clear();
     }
   }
-  header_->tail.store(tail, std::memory_order_release);
+  header_->tail.store(tail, std::memory_order_seq_cst);
   return result;
 }
 

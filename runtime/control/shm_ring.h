@@ -69,6 +69,11 @@ class ShmRing {
   absl::Status Write(const std::string& message, absl::Time deadline,
                      const std::function<bool()>& keep_going);
 
+  // Producer, never blocks: writes the fragments of `message` from byte
+  // `offset` on while the ring has room for them; returns the offset
+  // reached (message.size(): all of it is in the ring).
+  size_t TryWrite(const std::string& message, size_t offset);
+
   // Consumer. Moves complete messages into `out`; never blocks.
   // DataLoss if a message exceeds `max_message` (a broken peer).
   absl::Status ReadAll(std::vector<std::string>* out);
@@ -93,6 +98,12 @@ class ShmRing {
 struct ShmControlRank {
   WakeupWord doorbell;                        // this rank's background thread
   alignas(64) std::atomic<uint32_t> leaving;  // asked to shut down (rank r)
+  // Rank r waits for room in its ring to rank 0 (the host relay's writers):
+  // the reader rings r's doorbell once it has read.
+  std::atomic<uint32_t> waiting_for_room;
+  // The host relay's leader (rank 0 of the host's segment) stopped
+  // relaying before the job's end (its loop ended on an error).
+  std::atomic<uint32_t> stopped;
 };
 
 class ShmControlSegment {
@@ -133,6 +144,16 @@ class ShmControlSegment {
   // Rank r asked to leave the job (set before its shutdown request).
   void SetLeaving(int r);
   bool leaving(int r) const;
+  void SetWaitingForRoom(int r, bool waiting) {
+    ranks_[r].waiting_for_room.store(waiting ? 1 : 0, std::memory_order_seq_cst);
+  }
+  bool waiting_for_room(int r) const {
+    return ranks_[r].waiting_for_room.load(std::memory_order_seq_cst) != 0;
+  }
+  void SetStopped(int r) { ranks_[r].stopped.store(1, std::memory_order_seq_cst); }
+  bool stopped(int r) const {
+    return ranks_[r].stopped.load(std::memory_order_seq_cst) != 0;
+  }
   // The coordinator sent (or is about to send) its final list.
   void SetCoordinatorDone() { SetLeaving(0); }
   bool coordinator_done() const { return leaving(0); }

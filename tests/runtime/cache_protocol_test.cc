@@ -111,8 +111,8 @@ class CacheProtocolTest : public ::testing::TestWithParam<bool> {
     int64_t n = 0;
     host_.Take(&message, &n);
     host_hits_ += n;
-    if (message.has_host_hits()) {
-      coordinator_.AddHostHits({1, 2}, message.host_hits(), now_);
+    for (const wire::RequestList& hits : message.host_hits()) {
+      coordinator_.AddHostHits({1, 2}, hits, now_);
     }
     for (wire::RelayedList& l : *message.mutable_lists()) {
       coordinator_.AddRequests(l.rank(), std::move(*l.mutable_list()), now_);

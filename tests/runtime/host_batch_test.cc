@@ -45,15 +45,16 @@ TEST(HostBatch, CommonHitsGoOnceForTheHost) {
   HostBatch b({4, 5, 6});
   b.Add(4, Hits({10, 11, 12}), kT0);
   b.Add(6, Hits({10, 11}), kT0);
-  EXPECT_EQ(b.Due(kHold, false), kT0 + kHold);  // 5 has sent nothing yet
+  EXPECT_EQ(b.Due(kHold), kT0 + kHold);  // 5 has sent nothing yet
   b.Add(5, Hits({11, 10, 13}), kT0);
-  EXPECT_EQ(b.Due(kHold, false), kT0 + kHold);  // 12, 13: not everyone's
+  EXPECT_EQ(b.Due(kHold), kT0 + kHold);  // 12, 13: not everyone's
   int64_t n = 0;
   const wire::HostRequests out = Take(b, &n);
   EXPECT_EQ(n, 2);
   EXPECT_THAT(out.ranks(), ElementsAre(4, 5, 6));
-  EXPECT_THAT(Ids(out.host_hits()), ElementsAre(10, 11));
-  EXPECT_EQ(out.host_hits().acked_seq(), 7);
+  ASSERT_EQ(out.host_hits_size(), 1);
+  EXPECT_THAT(Ids(out.host_hits(0)), ElementsAre(10, 11));
+  EXPECT_EQ(out.host_hits(0).acked_seq(), 7);
   ASSERT_EQ(out.lists_size(), 2);  // in order, the rest of their hits
   EXPECT_EQ(out.lists(0).rank(), 4);
   EXPECT_THAT(Ids(out.lists(0).list()), ElementsAre(12));
@@ -70,8 +71,8 @@ TEST(HostBatch, DueAtOnceWhenEveryIdIsDecided) {
   HostBatch b({0, 1});
   b.Add(0, Hits({1, 2}), kT0);
   b.Add(1, Hits({2, 1}), kT0);
-  EXPECT_EQ(b.Due(kHold, false), absl::InfinitePast());
-  EXPECT_THAT(Ids(Take(b).host_hits()), ElementsAre(1, 2));
+  EXPECT_EQ(b.Due(kHold), absl::InfinitePast());
+  EXPECT_THAT(Ids(Take(b).host_hits(0)), ElementsAre(1, 2));
 }
 
 TEST(HostBatch, AnythingButHitsGoesAtOnce) {
@@ -79,21 +80,33 @@ TEST(HostBatch, AnythingButHitsGoesAtOnce) {
   wire::RequestList request = Hits({1});
   request.add_requests()->set_name("new");
   b.Add(0, request, kT0);
-  EXPECT_EQ(b.Due(kHold, false), absl::InfinitePast());
+  EXPECT_EQ(b.Due(kHold), absl::InfinitePast());
   Take(b);
   wire::RequestList other = Hits({1});
   other.set_process_set(3);
   b.Add(0, other, kT0);
-  EXPECT_EQ(b.Due(kHold, false), absl::InfinitePast());
+  EXPECT_EQ(b.Due(kHold), absl::InfinitePast());
   Take(b);
   wire::RequestList bye;
   bye.set_shutdown(true);
   b.Add(1, bye, kT0);
-  EXPECT_EQ(b.Due(kHold, false), absl::InfinitePast());
+  EXPECT_EQ(b.Due(kHold), absl::InfinitePast());
   Take(b);
   b.Add(0, Hits({5}), kT0);
-  EXPECT_EQ(b.Due(kHold, /*in_join=*/true), absl::InfinitePast());
-  EXPECT_EQ(b.Due(absl::ZeroDuration(), false), absl::InfinitePast());
+  EXPECT_EQ(b.Due(absl::ZeroDuration()), absl::InfinitePast());
+  EXPECT_EQ(b.Due(kHold), kT0 + kHold);  // waits for 1's 5
+  Take(b);
+  // While a rank of the host is in a join, its partners' hits will not all
+  // come: nothing waits, until its next list.
+  wire::RequestList join;
+  join.add_requests()->set_type(wire::JOIN);
+  b.Add(1, join, kT0);
+  Take(b);
+  b.Add(0, Hits({6}), kT0);
+  EXPECT_EQ(b.Due(kHold), absl::InfinitePast());
+  Take(b);
+  b.Add(1, Hits({7}), kT0);
+  EXPECT_EQ(b.Due(kHold), kT0 + kHold);
 }
 
 TEST(HostBatch, OthersFollowABitThatWentAlone) {
@@ -105,24 +118,56 @@ TEST(HostBatch, OthersFollowABitThatWentAlone) {
   EXPECT_THAT(Ids(first.lists(0).list()), ElementsAre(9));
   // 1's bit for the same round is decided: it goes at once, in its list.
   b.Add(1, Hits({9}), kT0);
-  EXPECT_EQ(b.Due(kHold, false), absl::InfinitePast());
+  EXPECT_EQ(b.Due(kHold), absl::InfinitePast());
   wire::HostRequests second = Take(b, &n);
   EXPECT_EQ(n, 0);
   EXPECT_THAT(Ids(second.lists(0).list()), ElementsAre(9));
   EXPECT_EQ(b.rounds(), 1u);
   b.Add(2, Hits({9}), kT0);
-  EXPECT_EQ(b.Due(kHold, false), absl::InfinitePast());
+  EXPECT_EQ(b.Due(kHold), absl::InfinitePast());
   Take(b, &n);
   EXPECT_EQ(n, 0);
   EXPECT_EQ(b.rounds(), 0u);  // the round is complete on the host
   // The next round is a fresh one: held until every rank's bit is here,
   // then once for the host.
   b.Add(2, Hits({9}), kT0);
-  EXPECT_EQ(b.Due(kHold, false), kT0 + kHold);
+  EXPECT_EQ(b.Due(kHold), kT0 + kHold);
   b.Add(0, Hits({9}), kT0);
   b.Add(1, Hits({9}), kT0);
-  EXPECT_THAT(Ids(Take(b, &n).host_hits()), ElementsAre(9));
+  EXPECT_THAT(Ids(Take(b, &n).host_hits(0)), ElementsAre(9));
   EXPECT_EQ(n, 1);
+}
+
+// An id goes once for the host only if its lists agree on their ack (an
+// error may take one rank's hit and not another's); the host's hits are
+// grouped by ack.
+TEST(HostBatch, OnlyIdsWhoseListsAgreeOnTheirAckGoOnce) {
+  HostBatch b({0, 1});
+  b.Add(0, Hits({1, 2, 3}, /*acked=*/5), kT0);
+  b.Add(1, Hits({1}, /*acked=*/4), kT0);
+  b.Add(1, Hits({2, 3}, /*acked=*/5), kT0);
+  int64_t n = 0;
+  const wire::HostRequests out = Take(b, &n);
+  EXPECT_EQ(n, 2);
+  ASSERT_EQ(out.host_hits_size(), 1);
+  EXPECT_THAT(Ids(out.host_hits(0)), ElementsAre(2, 3));
+  EXPECT_EQ(out.host_hits(0).acked_seq(), 5);
+  ASSERT_EQ(out.lists_size(), 2);  // 1 goes in each rank's own list
+  EXPECT_THAT(Ids(out.lists(0).list()), ElementsAre(1));
+  EXPECT_THAT(Ids(out.lists(1).list()), ElementsAre(1));
+  ASSERT_EQ(out.acks_size(), 1);
+  EXPECT_EQ(out.acks(0).acked_seq(), 5);
+  // Two acks, each agreed on by its ids' lists: two groups.
+  b.Add(0, Hits({8}, 6), kT0);
+  b.Add(1, Hits({8}, 6), kT0);
+  b.Add(0, Hits({9}, 7), kT0);
+  b.Add(1, Hits({9}, 7), kT0);
+  const wire::HostRequests two = Take(b, &n);
+  ASSERT_EQ(two.host_hits_size(), 2);
+  EXPECT_EQ(two.host_hits(0).acked_seq(), 6);
+  EXPECT_THAT(Ids(two.host_hits(0)), ElementsAre(8));
+  EXPECT_EQ(two.host_hits(1).acked_seq(), 7);
+  EXPECT_THAT(Ids(two.host_hits(1)), ElementsAre(9));
 }
 
 TEST(HostBatch, ARankSendingAnIdAgainStartsANewRound) {
@@ -133,10 +178,10 @@ TEST(HostBatch, ARankSendingAnIdAgainStartsANewRound) {
   Take(b);
   EXPECT_EQ(b.rounds(), 1u);
   b.Add(0, Hits({9}), kT0 + absl::Seconds(1));
-  EXPECT_EQ(b.Due(kHold, false), kT0 + absl::Seconds(1) + kHold);
+  EXPECT_EQ(b.Due(kHold), kT0 + absl::Seconds(1) + kHold);
   b.Add(1, Hits({9}), kT0 + absl::Seconds(1));
   int64_t n = 0;
-  EXPECT_THAT(Ids(Take(b, &n).host_hits()), ElementsAre(9));
+  EXPECT_THAT(Ids(Take(b, &n).host_hits(0)), ElementsAre(9));
   EXPECT_EQ(b.rounds(), 0u);
   // Rounds of ids no rank will send again are forgotten.
   b.Add(0, Hits({20, 21}), kT0);

@@ -247,7 +247,7 @@ double MeasureRelayed(int ranks, const Flags& flags, double* leader_us) {
       for (size_t i = 0; i < copies.size(); ++i) {
         batch.Add(hosts[0][i], std::move(copies[i]), t);
       }
-      if (batch.Due(absl::Milliseconds(1), false) != absl::InfinitePast()) {
+      if (batch.Due(absl::Milliseconds(1)) != absl::InfinitePast()) {
         std::fprintf(stderr, "negotiation_bench: a host's lists are held\n");
         std::exit(1);
       }
@@ -271,7 +271,9 @@ double MeasureRelayed(int ranks, const Flags& flags, double* leader_us) {
     for (const std::string& bytes : messages) {
       message.ParseFromString(bytes);
       host_ranks.assign(message.ranks().begin(), message.ranks().end());
-      coordinator.AddHostHits(host_ranks, message.host_hits(), now);
+      for (const wire::RequestList& hits : message.host_hits()) {
+        coordinator.AddHostHits(host_ranks, hits, now);
+      }
       for (wire::RelayedList& l : *message.mutable_lists()) {
         coordinator.AddRequests(l.rank(), std::move(*l.mutable_list()), now);
       }
