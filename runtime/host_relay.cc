@@ -33,6 +33,7 @@ void HostBatch::Add(int rank, wire::RequestList list, absl::Time now) {
     const int i = Index(rank);
     if (i < static_cast<int>(in_join_.size())) in_join_[i] = join;
   }
+  counted_ = false;
   wire::RelayedList& relayed = lists_.emplace_back();
   relayed.set_rank(rank);
   relayed.mutable_list()->Swap(&list);
@@ -40,6 +41,8 @@ void HostBatch::Add(int rank, wire::RequestList list, absl::Time now) {
 }
 
 void HostBatch::CountHits() {
+  if (counted_) return;  // (Due counted, nothing came since)
+  counted_ = true;
   batch_.clear();
   if (!anded_) return;
   for (const wire::RelayedList& relayed : lists_) {
@@ -154,6 +157,7 @@ void HostBatch::Take(wire::HostRequests* out, int64_t* host_hits) {
     out->add_lists()->Swap(&relayed);
   }
   lists_.clear();
+  counted_ = false;
   since_ = absl::InfiniteFuture();
   only_hits_ = true;
 }
@@ -166,6 +170,22 @@ void HostBatch::ForgetRounds(const std::function<bool(int64_t)>& gone) {
       ++it;
     }
   }
+}
+
+void AddHostRequests(Coordinator& coordinator, wire::HostRequests& message,
+                     absl::Time now) {
+  const std::vector<int> ranks(message.ranks().begin(), message.ranks().end());
+  for (const wire::RequestList& hits : message.host_hits()) {
+    coordinator.AddHostHits(ranks, hits, now);
+  }
+  for (wire::RelayedList& l : *message.mutable_lists()) {
+    coordinator.AddRequests(l.rank(), std::move(*l.mutable_list()), now);
+  }
+  std::vector<std::pair<int, int64_t>> acks;
+  for (const wire::RankAck& a : message.acks()) {
+    acks.emplace_back(a.rank(), a.acked_seq());
+  }
+  if (!acks.empty()) coordinator.AddAcks(acks);
 }
 
 }  // namespace kolo

@@ -40,6 +40,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "runtime/controller.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
@@ -91,10 +92,18 @@ class HostBatch {
   // Local ranks whose last global-set list was a join: their partners'
   // hits will not all come, so nothing is held while one is in a join.
   std::vector<bool> in_join_;
-  absl::flat_hash_map<int64_t, Carried> batch_;  // CountHits' (storage)
+  absl::flat_hash_map<int64_t, Carried> batch_;  // CountHits' result
+  bool counted_ = false;  // batch_ counts lists_ as they are
   std::vector<std::pair<int64_t, int64_t>> host_ids_;  // Take's: (acked, id)
   std::vector<int64_t> keep_, group_;                  // Take's (storage)
 };
+
+// What the coordinator does with a leader's message when every list in it
+// is of `coordinator`'s set (tests, benchmarks; the runtime's version,
+// RuntimeImpl::AcceptHostRequests, also checks the ranks and finds each
+// list's set): the host's hits, then the lists in order, then the acks.
+void AddHostRequests(Coordinator& coordinator, wire::HostRequests& message,
+                     absl::Time now);
 
 }  // namespace kolo
 

@@ -1,4 +1,5 @@
 #include "runtime/control/control_plane.h"
+#include "runtime/control/control_internal.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -27,31 +28,20 @@
 namespace kolo {
 namespace {
 
-// Unavailable, carrying the lost rank for LostRank() (kolo/work.h).
-absl::Status RankLostError(int rank, absl::string_view message) {
-  absl::Status status = absl::UnavailableError(message);
-  status.SetPayload(kLostRankPayload, absl::Cord(absl::StrCat(rank)));
-  return status;
-}
+using control_internal::kMaxControlFrame;
+using control_internal::RankLostError;
+using control_internal::Serialize;
 
 constexpr char kAddressKey[] = "control/address";
 constexpr char kShmNameKey[] = "control/shm/name";
 constexpr char kShmUseKey[] = "control/shm/use";
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(3);
-// Request and response lists are small; a cap keeps a hostile or broken
-// peer from making us allocate much.
-constexpr size_t kMaxControlFrame = 64u << 20;
 
 // Out of descriptors on accept: how long the listener rests.
 constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
 // Accepts per turn of the listen loop (see the store's kAcceptsPerTurn).
 constexpr int kAcceptsPerTurn = 16;
 
-std::string Serialize(const wire::ControlMessage& m) {
-  std::string bytes;
-  m.SerializeToString(&bytes);
-  return bytes;
-}
 
 // std::thread's constructor throws when the system has no thread to give
 // (EAGAIN under a pids limit or RLIMIT_NPROC): an error, never an abort.
@@ -541,97 +531,6 @@ bool ControlPlane::DrainShm() {
   return true;
 }
 
-bool ControlPlane::DrainHost(ShmControlSegment& host) {
-  std::vector<std::string> frames;
-  for (int peer = 1; peer < host.size(); ++peer) {
-    frames.clear();
-    absl::Status s = host.up(peer).ReadAll(&frames);
-    const int from = host_ranks_[peer];
-    if (host.waiting_for_room(peer)) host.Notify(peer);  // (read: room)
-    for (std::string& frame : frames) {
-      wire::ControlMessage message;
-      if (!message.ParseFromString(frame) || !message.has_request_list()) {
-        s = absl::DataLossError("malformed control message");
-        break;
-      }
-      if (rank_ == 0 && message.request_list().shutdown()) {
-        MutexLock lock(&mu_);
-        leaving_[from] = true;
-      }
-      shm_events_.push_back({from, std::move(message)});
-    }
-    if (!s.ok()) {
-      if (rank_ == 0) {
-        PeerLost(from, std::string(s.message()));
-      } else if (!closed_ && !shutting_down_ && !lost_reported_.exchange(true)) {
-        callbacks_.on_fatal(RankLostError(
-            from, absl::StrCat("rank ", from, " lost: ", s.message(),
-                               " (reported by its host's leader, rank ",
-                               rank_, ")")));
-      }
-      return false;
-    }
-  }
-  return true;
-}
-
-absl::Status ControlPlane::EnableHostRelay(Store& store, absl::Time deadline,
-                                           const std::vector<int>& host_ranks,
-                                           bool enable) {
-  const auto me = std::find(host_ranks.begin(), host_ranks.end(), rank_);
-  if (host_ranks.size() < 2 || me == host_ranks.end() || shm_.load()) {
-    return absl::OkStatus();
-  }
-  const int index = static_cast<int>(me - host_ranks.begin());
-  const int local = static_cast<int>(host_ranks.size());
-  const std::string prefix = absl::StrCat("control/host/", host_ranks[0], "/");
-  const absl::Duration timeout =
-      std::max(absl::ZeroDuration(), deadline - absl::Now());
-  std::unique_ptr<ShmControlSegment> segment;
-  if (index == 0) {
-    std::string name;
-    absl::StatusOr<std::unique_ptr<ShmControlSegment>> created =
-        absl::UnavailableError("the host relay is off");
-    if (enable) {
-      created = ShmControlSegment::Create(0, local, kMaxControlFrame, &name);
-    }
-    absl::Status s = store.Set(prefix + "name", created.ok() ? name : "");
-    if (!s.ok()) {
-      if (created.ok()) ShmControlSegment::Unlink(name);
-      return s;
-    }
-    bool all = created.ok();
-    for (int i = 1; i < local && created.ok(); ++i) {
-      auto attached = store.Get(absl::StrCat(prefix, "attached/", i), timeout);
-      if (!attached.ok()) {
-        ShmControlSegment::Unlink(name);
-        return attached.status();
-      }
-      all = all && *attached == "1";
-    }
-    if (created.ok()) ShmControlSegment::Unlink(name);
-    KOLO_RETURN_IF_ERROR(store.Set(prefix + "use", all ? "1" : "0"));
-    if (all) segment = std::move(*created);
-  } else {
-    auto name = store.Get(prefix + "name", timeout);
-    if (!name.ok()) return name.status();
-    if (name->empty()) return absl::OkStatus();  // Off on this host.
-    auto opened = ShmControlSegment::Open(*name, index, local, kMaxControlFrame);
-    KOLO_RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "attached/", index),
-                                   opened.ok() ? "1" : "0"));
-    auto use = store.Get(prefix + "use", timeout);
-    if (!use.ok()) return use.status();
-    if (*use == "1" && opened.ok()) segment = std::move(*opened);
-  }
-  if (segment) {
-    host_ranks_ = host_ranks;
-    host_index_ = index;
-    host_owner_ = std::move(segment);
-    host_.store(host_owner_.get());
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ControlPlane::WriteShm(ShmControlSegment& segment, ShmRing& ring,
                                     int to, const std::string& bytes) {
   // A full ring waits for its reader; meanwhile this thread keeps reading
@@ -687,44 +586,6 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
     return RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
   }
   return s;
-}
-
-void ControlPlane::PushHostOut() {
-  ShmControlSegment* host = host_.load();
-  if (!host || host_out_.empty()) return;
-  ShmRing& ring = host->up(host_index_);
-  bool wrote = false;
-  for (int attempt = 0; attempt < 2 && !host_out_.empty(); ++attempt) {
-    while (!host_out_.empty()) {
-      const std::string& frame = host_out_.front();
-      const size_t reached = ring.TryWrite(frame, host_out_offset_);
-      wrote = wrote || reached != host_out_offset_;
-      host_out_offset_ = reached;
-      if (reached < frame.size()) break;
-      host_out_.pop_front();
-      host_out_offset_ = 0;
-    }
-    // Full: ask the leader to ring back once it has read, then look again
-    // (it may have read in between, before it could see the request).
-    host->SetWaitingForRoom(host_index_, !host_out_.empty());
-  }
-  if (wrote || !host_out_.empty()) host->Notify(0);
-}
-
-absl::Status ControlPlane::HostLeaderStatus() const {
-  ShmControlSegment* host = host_.load();
-  if (!host || host_index_ == 0 || !host->stopped(0)) return absl::OkStatus();
-  const int leader = host_ranks_[0];
-  return RankLostError(leader, absl::StrCat("rank ", leader,
-                                            ", this host's leader, stopped "
-                                            "relaying its ranks' requests"));
-}
-
-void ControlPlane::StopHostRelay() {
-  ShmControlSegment* host = host_.load();
-  if (!host || host_index_ != 0) return;
-  host->SetStopped(0);
-  for (int i = 1; i < host->size(); ++i) host->Notify(i);
 }
 
 absl::Status ControlPlane::FailJob(const absl::Status& status) {

@@ -47,61 +47,49 @@ void ShmRing::CopyOut(uint64_t pos, void* dst, size_t n) const {
 absl::Status ShmRing::Write(const std::string& message, absl::Time deadline,
                             const std::function<bool()>& keep_going) {
   size_t offset = 0;
-  do {
-    const size_t n = std::min(max_fragment_, message.size() - offset);
-    const uint32_t frame[2] = {static_cast<uint32_t>(n),
-                               offset + n == message.size() ? 1u : 0u};
-    const size_t need = kFrameHeader + RoundUp8(n);
-    const uint64_t head = header_->head.load(std::memory_order_relaxed);
-    auto has_room = [&] {
-      return capacity_ -
-                 (head - header_->tail.load(std::memory_order_acquire)) >=
-             need;
-    };
-    if (!SpinUntil(has_room, kFullSpin)) {
-      absl::Duration sleep = absl::Microseconds(50);
-      while (!has_room()) {
-        if (keep_going && !keep_going()) {
-          return absl::CancelledError("the control channel was closed");
-        }
-        const absl::Time now = absl::Now();
-        if (now >= deadline) {
-          return absl::DeadlineExceededError(
-              "the peer did not read its shared-memory control ring");
-        }
-        const absl::Duration d = std::min(sleep, deadline - now);
-        struct timespec ts = absl::ToTimespec(d);
-        nanosleep(&ts, nullptr);
-        sleep = std::min(sleep * 2, kFullMaxSleep);
-      }
+  auto written = [&] { return TryWrite(message, &offset); };
+  if (written() || SpinUntil(written, kFullSpin)) return absl::OkStatus();
+  // Full: sleep between looks.
+  absl::Duration sleep = absl::Microseconds(50);
+  while (!written()) {
+    if (keep_going && !keep_going()) {
+      return absl::CancelledError("the control channel was closed");
     }
-    CopyIn(head, frame, kFrameHeader);
-    CopyIn(head + kFrameHeader, message.data() + offset, n);
-    header_->head.store(head + need, std::memory_order_release);
-    offset += n;
-  } while (offset < message.size());
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          "the peer did not read its shared-memory control ring");
+    }
+    const absl::Duration d = std::min(sleep, deadline - now);
+    struct timespec ts = absl::ToTimespec(d);
+    nanosleep(&ts, nullptr);
+    sleep = std::min(sleep * 2, kFullMaxSleep);
+  }
   return absl::OkStatus();
 }
 
-size_t ShmRing::TryWrite(const std::string& message, size_t offset) {
+bool ShmRing::TryWrite(const std::string& message, size_t* offset) {
+  if (*offset > message.size()) return true;  // (done: see below)
   do {
-    const size_t n = std::min(max_fragment_, message.size() - offset);
+    const size_t n = std::min(max_fragment_, message.size() - *offset);
     const uint32_t frame[2] = {static_cast<uint32_t>(n),
-                               offset + n == message.size() ? 1u : 0u};
+                               *offset + n == message.size() ? 1u : 0u};
     const size_t need = kFrameHeader + RoundUp8(n);
     const uint64_t head = header_->head.load(std::memory_order_relaxed);
     // (seq_cst: a writer that then says it waits, or a reader that then
     // looks whether one does, sees the other's side.)
     if (capacity_ - (head - header_->tail.load(std::memory_order_seq_cst)) <
         need) {
-      return offset;
+      return false;
     }
     CopyIn(head, frame, kFrameHeader);
-    CopyIn(head + kFrameHeader, message.data() + offset, n);
+    CopyIn(head + kFrameHeader, message.data() + *offset, n);
     header_->head.store(head + need, std::memory_order_release);
-    offset += n;
-  } while (offset < message.size());
-  return offset;
+    *offset += n;
+  } while (*offset < message.size());
+  // The last fragment is in; past the end marks an empty message done.
+  if (message.empty()) *offset = 1;
+  return true;
 }
 
 absl::Status ShmRing::ReadAll(std::vector<std::string>* out) {

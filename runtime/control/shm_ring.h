@@ -70,9 +70,9 @@ class ShmRing {
                      const std::function<bool()>& keep_going);
 
   // Producer, never blocks: writes the fragments of `message` from byte
-  // `offset` on while the ring has room for them; returns the offset
-  // reached (message.size(): all of it is in the ring).
-  size_t TryWrite(const std::string& message, size_t offset);
+  // *offset on while the ring has room for them, advancing *offset (start
+  // at 0); true once all of it is in the ring.
+  bool TryWrite(const std::string& message, size_t* offset);
 
   // Consumer. Moves complete messages into `out`; never blocks.
   // DataLoss if a message exceeds `max_message` (a broken peer).

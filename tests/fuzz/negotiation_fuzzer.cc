@@ -136,18 +136,7 @@ struct Relayed {
     wire::HostRequests message;
     int64_t n = 0;
     host.Take(&message, &n);
-    const std::vector<int> ranks_of_host = {1, 2};
-    for (const wire::RequestList& hits : message.host_hits()) {
-      coordinator.AddHostHits(ranks_of_host, hits, now);
-    }
-    for (wire::RelayedList& l : *message.mutable_lists()) {
-      coordinator.AddRequests(l.rank(), std::move(*l.mutable_list()), now);
-    }
-    std::vector<std::pair<int, int64_t>> acks;
-    for (const wire::RankAck& a : message.acks()) {
-      acks.emplace_back(a.rank(), a.acked_seq());
-    }
-    coordinator.AddAcks(acks);
+    kolo::AddHostRequests(coordinator, message, now);
   }
 };
 

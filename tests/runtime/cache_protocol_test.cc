@@ -111,17 +111,7 @@ class CacheProtocolTest : public ::testing::TestWithParam<bool> {
     int64_t n = 0;
     host_.Take(&message, &n);
     host_hits_ += n;
-    for (const wire::RequestList& hits : message.host_hits()) {
-      coordinator_.AddHostHits({1, 2}, hits, now_);
-    }
-    for (wire::RelayedList& l : *message.mutable_lists()) {
-      coordinator_.AddRequests(l.rank(), std::move(*l.mutable_list()), now_);
-    }
-    std::vector<std::pair<int, int64_t>> acks;
-    for (const wire::RankAck& a : message.acks()) {
-      acks.emplace_back(a.rank(), a.acked_seq());
-    }
-    coordinator_.AddAcks(acks);
+    AddHostRequests(coordinator_, message, now_);
   }
 
   static Coordinator::Config MakeConfig() {

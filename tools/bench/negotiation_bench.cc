@@ -262,26 +262,13 @@ double MeasureRelayed(int ranks, const Flags& flags, double* leader_us) {
     *leader_us = us[us.size() / 2];
   }
   std::vector<double> us;
-  std::vector<int> host_ranks;
-  std::vector<std::pair<int, int64_t>> acks;
   for (int c = 0; c < flags.cycles; ++c) {
     const auto t0 = std::chrono::steady_clock::now();
     const absl::Time now = absl::Now();
     wire::HostRequests message;
     for (const std::string& bytes : messages) {
       message.ParseFromString(bytes);
-      host_ranks.assign(message.ranks().begin(), message.ranks().end());
-      for (const wire::RequestList& hits : message.host_hits()) {
-        coordinator.AddHostHits(host_ranks, hits, now);
-      }
-      for (wire::RelayedList& l : *message.mutable_lists()) {
-        coordinator.AddRequests(l.rank(), std::move(*l.mutable_list()), now);
-      }
-      acks.clear();
-      for (const wire::RankAck& a : message.acks()) {
-        acks.emplace_back(a.rank(), a.acked_seq());
-      }
-      coordinator.AddAcks(acks);
+      AddHostRequests(coordinator, message, now);
     }
     wire::ResponseList list = coordinator.TakeResponseList();
     list.SerializeToString(&response);
