@@ -69,6 +69,11 @@ void RuntimeImpl::BackgroundLoop() {
       epoch = wakeup.Epoch();
     }
     first_pass = false;
+    // Note [Caller turns]: the pass is this thread's turn (a caller that
+    // has it ends its own at once).
+    turn_->thread_waits.store(true, std::memory_order_relaxed);
+    MutexLock turn(&turn_->mu);
+    turn_->thread_waits.store(false, std::memory_order_relaxed);
     if (!fatal_status().ok()) break;
     const absl::Time now = absl::Now();
     next_wakeup = absl::InfiniteFuture();
@@ -142,6 +147,11 @@ void RuntimeImpl::BackgroundLoop() {
     next_wakeup = std::min(next_wakeup,
                            queue_.ExpireLocal(now, options_.op_timeout));
   }
+  {
+    // No caller takes a turn after the loop's last.
+    MutexLock turn(&turn_->mu);
+    turn_->loop_running = false;
+  }
   // A leader whose loop ends before the job's end (an error): its host's
   // ranks must not wait for it.
   if (relay_ && !done) control_->StopHostRelay();
@@ -150,6 +160,67 @@ void RuntimeImpl::BackgroundLoop() {
     loop_done_ = true;
   }
   state_cv_.NotifyAll();
+}
+
+// Note [Caller turns]
+// A caller that submits one collective and waits for it at once (a
+// blocking allreduce: Runtime::AllreduceAndWait) would hand it to the
+// background thread and back: on a rank bound to one core the two threads
+// take turns on it, and each turn is a context switch (1-2 us on a VM),
+// several per collective. So such a caller runs the loop's turn itself
+// when the background thread is not in one (the turn is `turn_->mu`,
+// which the thread holds for each pass; a caller only tries it): it sends
+// the rank's new requests as the thread would (SendRequests), and on one
+// host, where a cached request of the global set becomes a bit on the
+// board (Note [Hits on the board] in control/hit_board.h), it executes
+// the board's log itself while it waits for the other ranks' bits,
+// marked as polling so that the rank that sets the last bit does not
+// ring this rank's thread. Every pass's state (the board's cursor, the
+// caches, the executors) is touched only by whoever holds the turn. The
+// caller hands back to the thread, ringing it, whatever is not a lone
+// hit on an open board: a request list for the coordinator (rank 0's
+// coordinator steps, the others' answers), a record with a CUDA response
+// or a response list's marker, or a spin time without an answer; then it
+// waits as any caller does; and it ends its turn (or takes none) when the
+// thread waits for the turn, so that callers making blocking calls back to
+// back never starve the thread. So the thread still does everything it
+// did; the caller only does early what the thread would have done next.
+// The call's timeout bounds its wait for the other ranks; a collective
+// that started runs to its end (or its error) on whichever thread runs it.
+bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
+  if (!board_ || relay_ || options_.spin_time <= absl::ZeroDuration() ||
+      !accepting_ || shutdown_requested_ ||
+      turn_->thread_waits.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  Wakeup& wakeup = *wakeup_.load();
+  const uint32_t epoch = wakeup.Epoch();
+  const int64_t lists = counters_.request_lists_sent.load();
+  SendRequests(absl::Now());
+  if (!fatal_status().ok()) return true;
+  if (counters_.request_lists_sent.load() != lists) {
+    Notify();  // The coordinator's part is the thread's.
+    return true;
+  }
+  board_->SetPolling(true);
+  bool handed_back = false;
+  bool done = false;
+  SpinUntil(
+      [&] {
+        if (work.IsCompleted()) return true;
+        ExecuteBoard(&done, &handed_back);
+        return work.IsCompleted() || handed_back || done || !accepting_ ||
+               wakeup.Epoch() != epoch ||
+               turn_->thread_waits.load(std::memory_order_relaxed);
+      },
+      options_.spin_time);
+  board_->SetPolling(false);
+  // Records appended while this rank polled came without a ring.
+  if (handed_back || done || board_cursor_ != board_->tail() ||
+      board_->ready_pending()) {
+    Notify();
+  }
+  return true;
 }
 
 // Note [Coalescing submissions]
@@ -245,9 +316,13 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     if (!send) lists.erase(kGlobalProcessSet);
     // Full: the ranks that have not executed the log must run (ranks
     // outside a set wait for nothing when only its markers are left).
+    // A rank whose caller polls the log needs no ring for ids (Note
+    // [Caller turns]).
     if (published || full) {
       for (int r = 0; r < options_.size; ++r) {
-        if (r != options_.rank) control_->Ring(r);
+        if (r != options_.rank && (full || board_->NeedsRing(r))) {
+          control_->Ring(r);
+        }
       }
     }
   }
@@ -566,7 +641,7 @@ bool RuntimeImpl::LockBoard() {
   return false;
 }
 
-void RuntimeImpl::ExecuteBoard(bool* done) {
+void RuntimeImpl::ExecuteBoard(bool* done, bool* handed_back) {
   if (board_cursor_ == board_->tail() && !board_->ready_pending()) return;
   std::shared_ptr<ProcessSetState> global;
   {
@@ -577,6 +652,10 @@ void RuntimeImpl::ExecuteBoard(bool* done) {
     const uint64_t tail = board_->tail();
     while (board_cursor_ < tail) {
       const HitBoardShared::Record& record = board_->record(board_cursor_);
+      if (handed_back && !CallerMayExecute(*global, record)) {
+        *handed_back = true;
+        return;
+      }
       if (record.kind == HitBoardShared::kIds) {
         ExecuteBoardIds(*global, record);
       } else {
@@ -620,6 +699,19 @@ void RuntimeImpl::ExecuteBoard(bool* done) {
       if (r != options_.rank) control_->Ring(r);
     }
   }
+}
+
+bool RuntimeImpl::CallerMayExecute(ProcessSetState& global,
+                                   const HitBoardShared::Record& record) {
+  if (record.kind != HitBoardShared::kIds) return false;
+  for (uint32_t i = 0; i < record.count; ++i) {
+    const wire::Response* cached = global.cache->CachedResponse(record.ids[i]);
+    if (!cached ||
+        cached->device_type() == static_cast<int>(DeviceType::kCuda)) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,

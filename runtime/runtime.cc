@@ -198,6 +198,14 @@ absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
   return impl_->Submit(std::move(entry));
 }
 
+absl::Status Runtime::AllreduceAndWait(const AllreduceRequest& req,
+                                       absl::Duration timeout) {
+  KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
+  std::unique_ptr<TensorEntry> entry = impl_->NewEntry();
+  FillAllreduce(req, entry.get());
+  return impl_->SubmitAndWait(std::move(entry), timeout);
+}
+
 absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
     const std::vector<AllreduceRequest>& requests) {
   // A batch names one process set, or a few in runs: each run's set is

@@ -334,6 +334,10 @@ absl::Status RuntimeImpl::Start() {
   KOLO_RETURN_IF_ERROR(store_->Set(absl::StrCat("ready/", options_.rank), "1"));
 
   accepting_ = true;
+  {
+    MutexLock turn(&turn_->mu);
+    turn_->loop_running = true;
+  }
   thread_ = std::thread([self = shared_from_this()] { self->BackgroundLoop(); });
   logger_.Info(absl::StrCat("joined a job of ", options_.size, " ranks"));
   return absl::OkStatus();
@@ -386,6 +390,28 @@ absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
   return work;
 }
 
+absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
+                                        absl::Duration timeout) {
+  KOLO_RETURN_IF_ERROR(Prepare(
+      owned.get(), absl::Now() + options_.op_timeout + kLocalTimeoutSlack));
+  const std::shared_ptr<internal::WorkState> work = owned->work;
+  // Note [Caller turns]: queued without waking the thread, which this
+  // caller wakes unless it takes the turn itself.
+  KOLO_RETURN_IF_ERROR(queue_.AddQuietly(std::move(owned)));
+  bool turned = false;
+  if (turn_->mu.TryLock()) {
+    if (turn_->loop_running) turned = CallerTurn(*work);
+    turn_->mu.Unlock();
+  }
+  if (turned) {
+    ++counters_.caller_turns;
+    if (work->IsCompleted()) ++counters_.caller_turns_completed;
+  } else {
+    Notify();
+  }
+  return work->Wait(timeout);
+}
+
 absl::StatusOr<std::vector<Work>> RuntimeImpl::SubmitAll(
     std::vector<std::unique_ptr<TensorEntry>>* entries) {
   // One allocation for every Work's state: each Work shares ownership of
@@ -433,6 +459,8 @@ RuntimeStats RuntimeImpl::stats() const {
   s.collectives_executed = counters_.collectives_executed;
   s.tensors_executed = counters_.tensors_executed;
   s.board_hits = counters_.board_hits;
+  s.caller_turns = counters_.caller_turns;
+  s.caller_turns_completed = counters_.caller_turns_completed;
   s.board_records_executed = counters_.board_records_executed;
   s.host_messages_sent = counters_.host_messages_sent;
   s.host_hits_sent = counters_.host_hits_sent;

@@ -80,6 +80,10 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // request must be set.
   absl::StatusOr<Work> Submit(TensorEntry entry);
   absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
+  // Submits the entry and waits for it, running the loop's turn on the
+  // calling thread if it can (Note [Caller turns] in background_loop.cc).
+  absl::Status SubmitAndWait(std::unique_ptr<TensorEntry> entry,
+                             absl::Duration timeout);
   // Submits every entry or none (TensorQueue::AddAll); their Works'
   // states share one allocation. `entries` is emptied on success.
   absl::StatusOr<std::vector<Work>> SubmitAll(
@@ -143,7 +147,17 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // Executes the board's log from this rank's cursor, as far as the lists
   // it names have arrived (those of sets this rank is not in are skipped);
   // *done at the final list.
-  void ExecuteBoard(bool* done);
+  // With `handed_back` (a caller's turn): stops, setting it, at a record
+  // the caller leaves to the background thread (CallerMayExecute).
+  void ExecuteBoard(bool* done, bool* handed_back = nullptr);
+  // Note [Caller turns]: a record of ids, all of CPU tensors.
+  bool CallerMayExecute(ProcessSetState& global,
+                        const HitBoardShared::Record& record);
+  // Note [Caller turns], holding turn_->mu: sends this rank's new requests
+  // and, on the board, executes its log until `work` completes, the spin
+  // time passes or the thread must take over (rung). False if it took no
+  // turn (then the caller rings the thread).
+  bool CallerTurn(const internal::WorkState& work);
   // One record of ids: the cached responses, fused by the board's plan.
   void ExecuteBoardIds(ProcessSetState& global,
                        const HitBoardShared::Record& record);
@@ -262,8 +276,18 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
         request_lists_sent{0}, response_lists_received{0},
         collectives_executed{0}, tensors_executed{0}, board_hits{0},
         board_records_executed{0}, host_messages_sent{0}, host_hits_sent{0},
-        host_messages_received{0};
+        host_messages_received{0}, caller_turns{0},
+        caller_turns_completed{0};
   } counters_;
+  // Note [Caller turns] (background_loop.cc): the loop's turn, and
+  // whether the loop runs (callers take turns only while it does).
+  struct LoopTurn {
+    Mutex mu;
+    bool loop_running KOLO_GUARDED_BY(mu) = false;
+    // The thread waits for the turn: a caller that has it hands it back.
+    std::atomic<bool> thread_waits{false};
+  };
+  const std::unique_ptr<LoopTurn> turn_ = std::make_unique<LoopTurn>();
   std::thread thread_;
 };
 

@@ -71,14 +71,23 @@ bool TensorQueue::InsertLocked(std::unique_ptr<TensorEntry> owned) {
 
 absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
   bool first = false;
-  {
-    MutexLock lock(&mu_);
-    KOLO_RETURN_IF_ERROR(CheckAddLocked(owned->request));
-    first = InsertLocked(std::move(owned));
-    has_new_.store(true, std::memory_order_release);
-    adds_.fetch_add(1, std::memory_order_release);
-  }
+  KOLO_RETURN_IF_ERROR(AddImpl(std::move(owned), &first));
   if (first) notify_();
+  return absl::OkStatus();
+}
+
+absl::Status TensorQueue::AddQuietly(std::unique_ptr<TensorEntry> owned) {
+  bool first = false;
+  return AddImpl(std::move(owned), &first);
+}
+
+absl::Status TensorQueue::AddImpl(std::unique_ptr<TensorEntry> owned,
+                                    bool* first) {
+  MutexLock lock(&mu_);
+  KOLO_RETURN_IF_ERROR(CheckAddLocked(owned->request));
+  *first = InsertLocked(std::move(owned));
+  has_new_.store(true, std::memory_order_release);
+  adds_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
 }
 

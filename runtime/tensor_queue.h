@@ -72,6 +72,10 @@ class TensorQueue {
   // AlreadyExists if the name is in flight; the failure status if the queue
   // was closed.
   absl::Status Add(std::unique_ptr<TensorEntry> entry);
+  // Add without the wake-up: for a caller that runs the loop's turn itself
+  // next, or wakes the background thread if it cannot (Note [Caller
+  // turns] in runtime/background_loop.cc).
+  absl::Status AddQuietly(std::unique_ptr<TensorEntry> entry);
   // Adds every entry or none, under one lock and with at most one
   // wake-up: the first that Add would refuse (or a name twice in
   // `entries`) fails the call and leaves `entries` as they were. On
@@ -140,6 +144,9 @@ class TensorQueue {
   // Adds under mu_ (the part of Add after the checks); whether it was the
   // first new request since the background thread took them.
   bool InsertLocked(std::unique_ptr<TensorEntry> owned) KOLO_REQUIRES(mu_);
+  // Add's work; *first: the background thread needs a wake-up.
+  absl::Status AddImpl(std::unique_ptr<TensorEntry> owned, bool* first)
+      KOLO_EXCLUDES(mu_);
   // Add's refusal of `request`, if any.
   absl::Status CheckAddLocked(const wire::Request& request) KOLO_REQUIRES(mu_);
   // Process set -> name -> entry (names are unique per process set). The

@@ -108,6 +108,9 @@ struct HitBoardShared {
   uint64_t sent[kMaxRanks];  // request lists rank r sent for the set
   struct alignas(64) Head {
     std::atomic<uint64_t> pos;  // records rank r has executed
+    // Rank r's caller polls the log (Note [Caller turns] in
+    // runtime/background_loop.cc): appending ids needs no ring to it.
+    std::atomic<uint32_t> polling;
   };
   Head heads[kMaxRanks];
   Slot slots[kSlots];
@@ -189,6 +192,24 @@ class HitBoard {
   // This rank has executed records [0, pos).
   void Executed(uint64_t pos) {
     shared_->heads[rank_].pos.store(pos, std::memory_order_seq_cst);
+  }
+  // Note [Caller turns] (runtime/background_loop.cc): while this rank's
+  // caller polls the log itself, a rank that appends ids need not ring it
+  // (a system call and a wake-up of its background thread, on the core
+  // the caller spins on). Clearing is followed by a look at tail(): a
+  // writer that saw the flag set appended before it looked (seq_cst on
+  // both sides), so the poller sees its record then and rings its own
+  // thread.
+  void SetPolling(bool polling) {
+    shared_->heads[rank_].polling.store(polling ? 1 : 0,
+                                        std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  // Whether ids appended by this rank (after tail's store) need a ring to
+  // `rank`.
+  bool NeedsRing(int rank) const {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return shared_->heads[rank].polling.load(std::memory_order_seq_cst) == 0;
   }
   // (seq_cst: see Set.)
   bool ready_pending() const {

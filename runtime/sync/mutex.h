@@ -44,6 +44,8 @@
   KOLO_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define KOLO_RELEASE(...) \
   KOLO_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#define KOLO_TRY_ACQUIRE(...) \
+  KOLO_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
 #define KOLO_RETURN_CAPABILITY(x) KOLO_THREAD_ANNOTATION(lock_returned(x))
 #define KOLO_NO_THREAD_SAFETY_ANALYSIS \
   KOLO_THREAD_ANNOTATION(no_thread_safety_analysis)
@@ -60,6 +62,8 @@ class KOLO_CAPABILITY("mutex") Mutex {
 
   void Lock() KOLO_ACQUIRE() { mu_.lock(); }
   void Unlock() KOLO_RELEASE() { mu_.unlock(); }
+  // Takes the lock if it is free; never blocks.
+  bool TryLock() KOLO_TRY_ACQUIRE(true) { return mu_.try_lock(); }
 
  private:
   friend class CondVar;

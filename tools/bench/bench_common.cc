@@ -173,6 +173,8 @@ std::string Usage(const char* argv0) {
                         over back-to-back ops), fusion (N tensors per step)
   --fusion-tensors N    tensors per step in fusion mode (default 200)
   --fusion-bytes S      bytes per tensor in fusion mode (default 4096)
+  --call blocking|async how a lone kolo allreduce is called: AllreduceAndWait
+                        (default) or Allreduce, then Work::Wait
   --iters N --warmup N  timed and untimed iterations (default: by size; 3)
   --baselines LIST      gloo,mpi,torch or none (default gloo)
   --csv PATH            write every measurement (rank 0)
@@ -231,6 +233,9 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
           absl::SimpleAtoi(value, &f->fusion_tensors) && f->fusion_tensors >= 1;
     } else if (arg == "--fusion-bytes") {
       ok = ParseBytes(value, &f->fusion_bytes);
+    } else if (arg == "--call") {
+      ok = value == "blocking" || value == "async";
+      f->blocking = value == "blocking";
     } else if (arg == "--iters") {
       ok = absl::SimpleAtoi(value, &f->iters) && f->iters >= 1;
     } else if (arg == "--warmup") {

@@ -37,6 +37,10 @@ struct Flags {
   Mode mode = Mode::kLatency;
   int fusion_tensors = 200;
   int64_t fusion_bytes = 4096;
+  // How a lone kolo allreduce is called (latency and loop modes, and the
+  // fusion mode's "one blocking call each"): Runtime::AllreduceAndWait
+  // (blocking), or Runtime::Allreduce then Work::Wait (async).
+  bool blocking = true;
   int iters = 0;  // 0: chosen per size (IterationsFor)
   int warmup = 3;
   int idle_seconds = 0;

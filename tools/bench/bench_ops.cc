@@ -119,7 +119,12 @@ void KoloRunner::Run(Collective c, Buffers& b) {
       req.name = name;
       req.op = flags_.op;
       req.input = req.output = TensorView(b.input.data(), dtype, {b.count});
-      Check(rt_->Allreduce(req), name);
+      if (flags_.blocking) {
+        absl::Status s = rt_->AllreduceAndWait(req);
+        if (!s.ok()) Die(absl::StrCat(name, ": ", s.message()));
+      } else {
+        Check(rt_->Allreduce(req), name);
+      }
       break;
     }
     case Collective::kBroadcast: {
@@ -191,6 +196,12 @@ void WaitAll(const std::vector<Work>& works) {
 void KoloRunner::RunMany(std::vector<std::vector<uint8_t>>& tensors,
                          const std::string& tag) {
   const absl::Time start = absl::Now();
+  if (tensors.size() == 1 && flags_.blocking) {
+    // One blocking call (the fusion mode's per-tensor row).
+    absl::Status s = rt_->AllreduceAndWait(StepRequest(tensors[0], flags_, tag, 0));
+    if (!s.ok()) Die(std::string(s.message()));
+    return;
+  }
   std::vector<Work> works;
   works.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -120,9 +120,20 @@ class Bench {
         const int64_t count = CountFor(c, bytes, flags_.dtype, ranks_);
         Buffers buffers(c, count, flags_.dtype, ranks_);
         const int iters = flags_.iters ? flags_.iters : IterationsFor(bytes);
+        const RuntimeStats before = rt_->stats();
         auto kolo_us =
             Measure(flags_, iters, [&](int) { kolo_.Run(c, buffers); });
         Keep(Record("kolo", CollectiveName(c), bytes, kolo_us));
+        const RuntimeStats after = rt_->stats();
+        if (c == Collective::kAllreduce && flags_.blocking) {
+          // Note [Caller turns]: how many lone ops the caller ran itself.
+          std::cerr << absl::StrFormat(
+              "# allreduce %s rank %d: %d calls, %d caller turns, %d "
+              "completed in the caller's turn\n",
+              FormatBytes(bytes), rank_, flags_.warmup + iters,
+              after.caller_turns - before.caller_turns,
+              after.caller_turns_completed - before.caller_turns_completed);
+        }
         if (gloo_ && gloo_->Supports(c)) {
           UnboundScope unbound;  // Note [Baselines run unbound]
           auto gloo_us =

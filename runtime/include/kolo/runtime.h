@@ -110,6 +110,11 @@ struct RuntimeStats {
   int64_t board_hits = 0;
   int64_t board_records_executed = 0;
   int64_t request_lists_sent = 0;   // control messages to the coordinator
+  // Blocking calls (AllreduceAndWait) whose caller ran the loop's turn
+  // itself, and those of them that it completed (Note [Caller turns] in
+  // runtime/background_loop.cc).
+  int64_t caller_turns = 0;
+  int64_t caller_turns_completed = 0;
   // A host leader of a job over several hosts (Note [Host relay] in
   // runtime/control/control_plane.h): messages it sent the coordinator for
   // its host's ranks, and cache ids it sent once for all of them; rank 0:
@@ -159,6 +164,16 @@ class Runtime {
   absl::StatusOr<Work> Allgather(const AllgatherRequest& request);
   absl::StatusOr<Work> Alltoall(const AlltoallRequest& request);
   absl::StatusOr<Work> Reducescatter(const ReducescatterRequest& request);
+
+  // Allreduce(request), then Wait(timeout) on its Work: a blocking
+  // allreduce, with the lowest latency for a small tensor. While no other
+  // collective is in flight on this rank, on one host, a cached request
+  // (any name submitted before) runs on the calling thread instead of
+  // being handed to the background thread and back. Returns what Wait
+  // would.
+  absl::Status AllreduceAndWait(
+      const AllreduceRequest& request,
+      absl::Duration timeout = absl::InfiniteDuration());
 
   // Submits each request as its own allreduce, exactly as calling
   // Allreduce() for each in turn would (each is negotiated, fused and
