@@ -182,6 +182,7 @@ absl::StatusOr<std::unique_ptr<ShmControlSegment>> ShmControlSegment::Create(
   absl::StatusOr<std::unique_ptr<os::SharedSegment>> segment =
       os::SharedSegment::Create(*name, Bytes(size));
   if (!segment.ok()) return segment.status();
+  (*segment)->Populate();  // (the latency path: no page faults)
   auto* magic = static_cast<uint64_t*>((*segment)->data());
   HitBoard::Init(reinterpret_cast<HitBoardShared*>(
                      static_cast<uint8_t*>((*segment)->data()) + Bytes(size) -
@@ -199,6 +200,7 @@ absl::StatusOr<std::unique_ptr<ShmControlSegment>> ShmControlSegment::Open(
   absl::StatusOr<std::unique_ptr<os::SharedSegment>> segment =
       os::SharedSegment::Open(name, Bytes(size));
   if (!segment.ok()) return segment.status();
+  (*segment)->Populate();
   const auto* magic = static_cast<const uint64_t*>((*segment)->data());
   if (magic[0] != kMagic || magic[1] != static_cast<uint64_t>(size)) {
     return absl::FailedPreconditionError(

@@ -117,6 +117,18 @@ absl::Status SharedSegment::Unlink(const std::string& name) {
   return absl::OkStatus();
 }
 
+void SharedSegment::Populate() {
+#ifdef MADV_POPULATE_WRITE
+  if (madvise(data_, size_, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  // Older kernels: a read maps a page of a shared writable tmpfs mapping
+  // writable (tmpfs tracks no dirty pages), and changes nothing.
+  const long page = sysconf(_SC_PAGESIZE);
+  const size_t step = page > 0 ? static_cast<size_t>(page) : 4096;
+  const volatile uint8_t* p = static_cast<const volatile uint8_t*>(data_);
+  for (size_t i = 0; i < size_; i += step) (void)p[i];
+}
+
 SharedSegment::~SharedSegment() { munmap(data_, size_); }
 
 }  // namespace os

@@ -64,6 +64,12 @@ class SharedSegment {
   void* data() const { return data_; }
   size_t size() const { return size_; }
 
+  // Maps every page of the segment into this process now (best effort), so
+  // that its first use costs no page fault: a control segment's rings and
+  // board are small and on the latency path, where a fault (1-3 us on a
+  // VM) is more than a small collective.
+  void Populate();
+
  private:
   SharedSegment(void* data, size_t size) : data_(data), size_(size) {}
   void* const data_;
