@@ -199,11 +199,15 @@ absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
 }
 
 absl::Status Runtime::AllreduceAndWait(const AllreduceRequest& req,
-                                       absl::Duration timeout) {
+                                       absl::Duration timeout,
+                                       bool* submitted) {
+  bool queued = false;
+  if (!submitted) submitted = &queued;
+  *submitted = false;
   KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
   std::unique_ptr<TensorEntry> entry = impl_->NewEntry();
   FillAllreduce(req, entry.get());
-  return impl_->SubmitAndWait(std::move(entry), timeout);
+  return impl_->SubmitAndWait(std::move(entry), timeout, submitted);
 }
 
 absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(

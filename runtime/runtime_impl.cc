@@ -391,13 +391,15 @@ absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
 }
 
 absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
-                                        absl::Duration timeout) {
+                                        absl::Duration timeout,
+                                        bool* submitted) {
   KOLO_RETURN_IF_ERROR(Prepare(
       owned.get(), absl::Now() + options_.op_timeout + kLocalTimeoutSlack));
   const std::shared_ptr<internal::WorkState> work = owned->work;
   // Note [Caller turns]: queued without waking the thread, which this
   // caller wakes unless it takes the turn itself.
   KOLO_RETURN_IF_ERROR(queue_.AddQuietly(std::move(owned)));
+  *submitted = true;
   bool turned = false;
   if (turn_->mu.TryLock()) {
     if (turn_->loop_running) turned = CallerTurn(*work);

@@ -82,8 +82,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
   // Submits the entry and waits for it, running the loop's turn on the
   // calling thread if it can (Note [Caller turns] in background_loop.cc).
+  // *submitted: the entry was queued (else the status is why not).
   absl::Status SubmitAndWait(std::unique_ptr<TensorEntry> entry,
-                             absl::Duration timeout);
+                             absl::Duration timeout, bool* submitted);
   // Submits every entry or none (TensorQueue::AddAll); their Works'
   // states share one allocation. `entries` is emptied on success.
   absl::StatusOr<std::vector<Work>> SubmitAll(

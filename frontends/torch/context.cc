@@ -181,8 +181,9 @@ kolo::OutputAllocator AllocatorFor(const std::shared_ptr<PendingOp>& op,
   };
 }
 
-const std::vector<at::Tensor>& Finish(PendingOp* op) {
-  absl::Status status = op->work.Wait();
+// The op's collective ended with `status`: its copy-backs, its results (or
+// its error, thrown).
+const std::vector<at::Tensor>& Settle(PendingOp* op, const absl::Status& status) {
   MutexLock lock(&op->mu);
   if (!op->finished) {
     op->finished = true;
@@ -196,6 +197,10 @@ const std::vector<at::Tensor>& Finish(PendingOp* op) {
   }
   if (!op->status.ok()) throw Error(op->status);
   return op->results;
+}
+
+const std::vector<at::Tensor>& Finish(PendingOp* op) {
+  return Settle(op, op->work.Wait());
 }
 
 }  // namespace
@@ -308,16 +313,16 @@ std::string Context::NameFor(Collective collective, const std::string& given,
   return absl::StrCat(kPrefix[collective], "set", process_set, ".", n);
 }
 
-Handle Context::Allreduce(const at::Tensor& tensor,
-                          const AllreduceOptions& options, bool in_place) {
+std::shared_ptr<PendingOp> Context::AllreduceOp(
+    const at::Tensor& tensor, const AllreduceOptions& options, bool in_place,
+    kolo::AllreduceRequest* request) {
   const char* op_name = "allreduce";
   auto op = std::make_shared<PendingOp>();
   op->name = NameFor(kAllreduce, options.name(), options.process_set());
   at::Tensor t = CheckedTensor(tensor, op_name, op->name);
-  kolo::AllreduceRequest request;
-  request.name = op->name;
+  request->name = op->name;
   if (in_place) {
-    request.input = request.output =
+    request->input = request->output =
         ViewOf(InPlaceBuffer(tensor, t, op.get()), op_name, op->name);
   } else {
     at::Tensor in = t.contiguous();
@@ -325,14 +330,35 @@ Handle Context::Allreduce(const at::Tensor& tensor,
     op->buffers = {in};
     MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
     op->results = {out};
-    request.input = ViewOf(in, op_name, op->name);
-    request.output = ViewOf(out, op_name, op->name);
+    request->input = ViewOf(in, op_name, op->name);
+    request->output = ViewOf(out, op_name, op->name);
   }
-  request.op = options.op();
-  request.prescale = options.prescale();
-  request.postscale = options.postscale();
-  request.process_set = options.process_set();
+  request->op = options.op();
+  request->prescale = options.prescale();
+  request->postscale = options.postscale();
+  request->process_set = options.process_set();
+  return op;
+}
+
+Handle Context::Allreduce(const at::Tensor& tensor,
+                          const AllreduceOptions& options, bool in_place) {
+  kolo::AllreduceRequest request;
+  std::shared_ptr<PendingOp> op = AllreduceOp(tensor, options, in_place, &request);
   return Track(std::move(op), [&] { return runtime_->Allreduce(request); });
+}
+
+at::Tensor Context::allreduce_blocking(const at::Tensor& tensor,
+                                       const AllreduceOptions& options,
+                                       bool in_place, bool* submitted) {
+  *submitted = false;
+  kolo::AllreduceRequest request;
+  std::shared_ptr<PendingOp> op = AllreduceOp(tensor, options, in_place, &request);
+  // Not tracked: nothing of it is in flight once the call returns.
+  const absl::Status status =
+      runtime_->AllreduceAndWait(request, absl::InfiniteDuration(), submitted);
+  if (!*submitted) throw Error(status);
+  const std::vector<at::Tensor>& results = Settle(op.get(), status);
+  return results.empty() ? at::Tensor() : results.front();
 }
 
 Handle Context::allreduce_async(const at::Tensor& tensor,
@@ -347,12 +373,14 @@ Handle Context::allreduce_async_(const at::Tensor& tensor,
 
 at::Tensor Context::allreduce(const at::Tensor& tensor,
                               const AllreduceOptions& options) {
-  return allreduce_async(tensor, options).wait();
+  bool submitted = false;
+  return allreduce_blocking(tensor, options, /*in_place=*/false, &submitted);
 }
 
 at::Tensor Context::allreduce_(const at::Tensor& tensor,
                                const AllreduceOptions& options) {
-  return allreduce_async_(tensor, options).wait();
+  bool submitted = false;
+  return allreduce_blocking(tensor, options, /*in_place=*/true, &submitted);
 }
 
 Handle Context::GroupedAllreduce(const std::vector<at::Tensor>& tensors,

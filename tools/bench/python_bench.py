@@ -5,6 +5,11 @@ of a kolorun job:
       200 x 4 KB float32 allreduce_async + synchronize per step from Python,
       then the same step through torch.distributed (gloo) in the same job;
       rank 0 prints "RESULT step kolo_py_us=X torch_gloo_us=Y" (medians).
+  kolorun -np 2 python3 tools/bench/python_bench.py lone [--steps 2000]
+      one 4 KB float32 allreduce at a time: hvd.allreduce_ (blocking),
+      synchronize(allreduce_async_(...)) and torch.distributed (gloo)
+      all_reduce; rank 0 prints "RESULT lone blocking_us=X async_us=Y
+      torch_gloo_us=Z" (p50s).
   kolorun -np N python3 tools/bench/python_bench.py train [--steps 30]
       the mnist CNN (batch 64, Adam, synthetic data) with kolo.torch's
       DistributedOptimizer; "RESULT train ranks=N samples_per_s=X".
@@ -74,6 +79,34 @@ def step_bench(args):
               (kolo_us, gloo_us), flush=True)
 
 
+def lone_bench(args):
+    t = torch.zeros(1024)  # 4 KB
+
+    def p50(op, n):
+        times = []
+        for i in range(args.warmup + n):
+            start = time.perf_counter()
+            op()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
+        return statistics.median(times) * 1e6
+
+    blocking_us = p50(lambda: hvd.allreduce_(t, name="lone", op=hvd.Sum),
+                      args.steps)
+    async_us = p50(lambda: hvd.synchronize(
+        hvd.allreduce_async_(t, name="lone", op=hvd.Sum)), args.steps)
+
+    import torch.distributed as dist
+    port = hvd.broadcast_object(_free_port() if hvd.rank() == 0 else None, 0)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
+                            rank=hvd.rank(), world_size=hvd.size())
+    gloo_us = p50(lambda: dist.all_reduce(t), max(50, args.steps // 10))
+    dist.destroy_process_group()
+    if hvd.rank() == 0:
+        print("RESULT lone blocking_us=%.1f async_us=%.1f torch_gloo_us=%.1f"
+              % (blocking_us, async_us, gloo_us), flush=True)
+
+
 def _free_port():
     import socket
     with socket.socket() as s:
@@ -129,15 +162,18 @@ def train_bench(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["step", "train"])
+    p.add_argument("mode", choices=["step", "lone", "train"])
     p.add_argument("--steps", type=int, default=0)
     p.add_argument("--warmup", type=int, default=5)
     args = p.parse_args()
     if not args.steps:
-        args.steps = 50 if args.mode == "step" else 30
+        args.steps = {"step": 50, "lone": 2000}.get(args.mode, 30)
     if args.mode == "step":
         hvd.init()
         step_bench(args)
+    elif args.mode == "lone":
+        hvd.init()
+        lone_bench(args)
     else:
         train_bench(args)
 

@@ -70,6 +70,31 @@ Handle Allreduce(const at::Tensor& tensor, const std::string& name, int op,
   });
 }
 
+// allreduce / allreduce_: a blocking call (Runtime::AllreduceAndWait), the
+// GIL released while it runs; a submission's error is ValueError as for
+// allreduce_async, the collective's KoloInternalError as for synchronize.
+at::Tensor AllreduceBlocking(const at::Tensor& tensor, const std::string& name,
+                             int op, double prescale, double postscale,
+                             int process_set, bool in_place) {
+  const AllreduceOptions options = AllreduceOptions()
+                                       .name(name)
+                                       .op(ToOp(op))
+                                       .prescale(prescale)
+                                       .postscale(postscale)
+                                       .process_set(process_set);
+  bool submitted = false;
+  try {
+    py::gil_scoped_release release;
+    return Default()->allreduce_blocking(tensor, options, in_place, &submitted);
+  } catch (const Error& e) {
+    if (!submitted && (e.code() == absl::StatusCode::kInvalidArgument ||
+                       e.code() == absl::StatusCode::kAlreadyExists)) {
+      throw py::value_error(e.what());
+    }
+    throw;
+  }
+}
+
 Handle GroupedAllreduce(const std::vector<at::Tensor>& tensors,
                         const std::string& name, int op, double prescale,
                         double postscale, int process_set, bool in_place) {
@@ -204,6 +229,9 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("name", &Handle::name);
 
   m.def("allreduce_async", &Allreduce, py::arg("tensor"), py::arg("name"),
+        py::arg("op"), py::arg("prescale"), py::arg("postscale"),
+        py::arg("process_set"), py::arg("in_place"));
+  m.def("allreduce", &AllreduceBlocking, py::arg("tensor"), py::arg("name"),
         py::arg("op"), py::arg("prescale"), py::arg("postscale"),
         py::arg("process_set"), py::arg("in_place"));
   m.def("grouped_allreduce_async", &GroupedAllreduce, py::arg("tensors"),

@@ -170,10 +170,12 @@ class Runtime {
   // collective is in flight on this rank, on one host, a cached request
   // (any name submitted before) runs on the calling thread instead of
   // being handed to the background thread and back. Returns what Wait
-  // would.
+  // would; *submitted (if given) says whether the request was queued
+  // (false: the status is the error Allreduce would have returned).
   absl::Status AllreduceAndWait(
       const AllreduceRequest& request,
-      absl::Duration timeout = absl::InfiniteDuration());
+      absl::Duration timeout = absl::InfiniteDuration(),
+      bool* submitted = nullptr);
 
   // Submits each request as its own allreduce, exactly as calling
   // Allreduce() for each in turn would (each is negotiated, fused and

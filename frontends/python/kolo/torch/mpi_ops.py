@@ -266,6 +266,17 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
                               in_place)
 
 
+def _allreduce_blocking(tensor, name, op, prescale_factor, postscale_factor,
+                        process_set, in_place, what):
+    """The allreduce of ``_allreduce_async``, waited for in one call (which
+    may run it on this thread: kolo::Runtime::AllreduceAndWait)."""
+    _check_tensor(tensor, what)
+    _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
+    return _C.allreduce(tensor, _name(name), op, float(prescale_factor),
+                        float(postscale_factor), _set_id(process_set),
+                        in_place)
+
+
 def allreduce_async(tensor, average=None, name=None, op=None,
                     prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
@@ -295,9 +306,10 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """allreduce, in place: the result is written into ``tensor``, which is
     returned."""
-    return synchronize(allreduce_async_(tensor, average, name, op,
-                                        prescale_factor, postscale_factor,
-                                        process_set))
+    op = _op_of(op, average)
+    _allreduce_blocking(tensor, name, op, prescale_factor, postscale_factor,
+                        process_set, True, "allreduce_")
+    return tensor
 
 
 def _reduce_grad(grad_output, ctx):
@@ -335,9 +347,9 @@ class _Allreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        result = synchronize(_allreduce_async(
-            tensor, name, op, prescale_factor, postscale_factor, process_set,
-            False, "allreduce"))
+        result = _allreduce_blocking(tensor, name, op, prescale_factor,
+                                     postscale_factor, process_set, False,
+                                     "allreduce")
         if op in (Min, Max, Product):
             ctx.input = tensor.detach()
             ctx.result = result.detach()

@@ -203,6 +203,13 @@ class Context {
                        const AllreduceOptions& options = {});
   at::Tensor allreduce_(const at::Tensor& tensor,
                         const AllreduceOptions& options = {});
+  // allreduce (in_place: allreduce_) through kolo::Runtime::AllreduceAndWait,
+  // as both are: a small tensor's allreduce may run on the calling thread.
+  // *submitted tells the errors apart: false, the error allreduce_async
+  // would have thrown; true, the one Handle::wait would have thrown.
+  at::Tensor allreduce_blocking(const at::Tensor& tensor,
+                                const AllreduceOptions& options, bool in_place,
+                                bool* submitted);
 
   // Concatenates every rank's tensor along the first dimension, in rank
   // order; the first dimension may differ between ranks, the others not.
@@ -291,6 +298,11 @@ class Context {
                       int process_set);
   Handle Allreduce(const at::Tensor& tensor, const AllreduceOptions& options,
                    bool in_place);
+  // The pending op and request of an allreduce (Allreduce,
+  // allreduce_blocking).
+  std::shared_ptr<detail::PendingOp> AllreduceOp(
+      const at::Tensor& tensor, const AllreduceOptions& options,
+      bool in_place, kolo::AllreduceRequest* request);
   Handle Broadcast(const at::Tensor& tensor, const BroadcastOptions& options,
                    bool in_place);
   Handle GroupedAllreduce(const std::vector<at::Tensor>& tensors,
