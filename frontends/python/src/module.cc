@@ -217,6 +217,9 @@ PYBIND11_MODULE(_C, m) {
     d["collectives_executed"] = s.collectives_executed;
     d["tensors_executed"] = s.tensors_executed;
     d["host_buffer_bytes"] = s.host_buffer_bytes;
+    d["board_hits"] = s.board_hits;
+    d["caller_turns"] = s.caller_turns;
+    d["caller_turns_completed"] = s.caller_turns_completed;
     return d;
   });
 

@@ -92,6 +92,27 @@ def test_async_in_place_and_poll(rank, size):
     assert hvd.allreduce_(t, op=hvd.Sum, name="inplace.sync") is t
 
 
+def test_blocking_allreduces_run_on_the_callers_thread(rank, size):
+    """hvd.allreduce_ and hvd.allreduce are one blocking call each
+    (kolo::Runtime::AllreduceAndWait): on one host, a cached name's
+    allreduce may run on the calling thread (the job's ranks share this
+    host under run_ranks.sh)."""
+    from kolo import _C
+    t = torch.zeros(4)
+    before = _C.stats()
+    for i in range(200):
+        t.fill_(float(rank + i))
+        assert hvd.allreduce_(t, op=hvd.Sum, name="blocking.lone") is t
+        want = float(sum(r + i for r in range(size)))
+        assert torch.equal(t, torch.full((4,), want)), i
+        got = hvd.allreduce(torch.full((2,), float(i)), op=hvd.Sum,
+                            name="blocking.out")
+        assert torch.equal(got, torch.full((2,), float(i * size))), i
+    after = _C.stats()
+    assert after["caller_turns"] - before["caller_turns"] <= 400
+    assert after["caller_turns_completed"] > before["caller_turns_completed"]
+
+
 def test_non_contiguous_and_empty_and_scalar(rank, size):
     base = torch.arange(12.0).reshape(3, 4) + rank
     view = base.t()  # non-contiguous
