@@ -4,8 +4,11 @@
 // thread.
 //
 // Threads: the public methods run on caller threads; BackgroundLoop() on the
-// background thread (the only one that negotiates and issues collectives);
-// Fatal() may run on a control-plane reader thread.
+// background thread, which negotiates and issues collectives; a caller in
+// SubmitAndWait may do the same in the loop's turn (Note [Caller turns] in
+// background_loop.cc): what is marked "background thread" below belongs to
+// whoever holds the turn, one thread at a time. Fatal() may run on a
+// control-plane reader thread.
 #ifndef KOLO_RUNTIME_RUNTIME_IMPL_H_
 #define KOLO_RUNTIME_RUNTIME_IMPL_H_
 
