@@ -205,19 +205,28 @@ bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
   board_->SetPolling(true);
   bool handed_back = false;
   bool done = false;
-  SpinUntil(
-      [&] {
-        if (work.IsCompleted()) return true;
-        ExecuteBoard(&done, &handed_back);
-        return work.IsCompleted() || handed_back || done || !accepting_ ||
-               wakeup.Epoch() != epoch ||
-               turn_->thread_waits.load(std::memory_order_relaxed);
-      },
-      options_.spin_time);
+  try {
+    SpinUntil(
+        [&] {
+          if (work.IsCompleted()) return true;
+          ExecuteBoard(&done, &handed_back);
+          return work.IsCompleted() || handed_back || done || !accepting_ ||
+                 wakeup.Epoch() != epoch ||
+                 turn_->thread_waits.load(std::memory_order_relaxed);
+        },
+        options_.spin_time);
+  } catch (...) {
+    // (An output allocator of another thread's collective in the record.)
+    board_->SetPolling(false);
+    throw;
+  }
   board_->SetPolling(false);
-  // Records appended while this rank polled came without a ring.
-  if (handed_back || done || board_cursor_ != board_->tail() ||
-      board_->ready_pending()) {
+  // The thread takes over whatever is left: records appended while this
+  // rank polled came without a ring, and the entry this caller queued
+  // quietly has its time-out (and, on rank 0, the board's checks) only in
+  // the thread's passes.
+  if (!work.IsCompleted() || handed_back || done ||
+      board_cursor_ != board_->tail() || board_->ready_pending()) {
     Notify();
   }
   return true;
@@ -443,6 +452,11 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     }
     *next_wakeup =
         std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
+  }
+  // The board may have opened after TendBoard (at a list's marker): it is
+  // looked at while it is open (BoardCheckLimit).
+  if (board_ && board_->open()) {
+    *next_wakeup = std::min(*next_wakeup, now + BoardCheckLimit());
   }
 }
 
@@ -773,18 +787,23 @@ void RuntimeImpl::CloseBoard(ProcessSetState& global, absl::Time now) {
   }
 }
 
-void RuntimeImpl::TendBoard(ProcessSetState& global, absl::Time now,
-                            absl::Time* next_wakeup) {
-  Coordinator& c = *global.coordinator;
+absl::Duration RuntimeImpl::BoardCheckLimit() const {
   // A partly set id is the coordinator's once it is as old as its
   // earliest check (time-out, stall report, stall shutdown). Setting a bit
-  // rings nobody, so while the board is open this rank looks at least
-  // that often (a rank 0 that stops submitting must be reported too).
+  // rings nobody, so while the board is open rank 0 looks at least that
+  // often (a rank 0 that stops submitting must be reported too).
   absl::Duration limit = options_.op_timeout;
   for (absl::Duration d :
        {options_.stall_check_time, options_.stall_shutdown_time}) {
     if (d > absl::ZeroDuration()) limit = std::min(limit, d);
   }
+  return limit;
+}
+
+void RuntimeImpl::TendBoard(ProcessSetState& global, absl::Time now,
+                            absl::Time* next_wakeup) {
+  Coordinator& c = *global.coordinator;
+  const absl::Duration limit = BoardCheckLimit();
   if (board_->open()) *next_wakeup = std::min(*next_wakeup, now + limit);
   if (board_->open() && board_->partial() > 0) {
     const int64_t limit_ns = absl::ToInt64Nanoseconds(limit);

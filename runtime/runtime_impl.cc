@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -400,10 +401,28 @@ absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
   // caller wakes unless it takes the turn itself.
   KOLO_RETURN_IF_ERROR(queue_.AddQuietly(std::move(owned)));
   *submitted = true;
+  // Nothing of this runtime is touched once the turn is given back: from
+  // there on the caller waits on its Work alone.
+  if (!turn_->mu.TryLock()) {
+    Notify();
+    return work->Wait(timeout);
+  }
   bool turned = false;
-  if (turn_->mu.TryLock()) {
+  try {
     if (turn_->loop_running) turned = CallerTurn(*work);
+  } catch (const std::exception& e) {
+    // What the thread would have died of: the job fails, saying so.
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", options_.rank, ": ", e.what(),
+        " (thrown by a collective run on a caller's thread)")));
     turn_->mu.Unlock();
+    throw;
+  } catch (...) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", options_.rank,
+        ": an exception escaped a collective run on a caller's thread")));
+    turn_->mu.Unlock();
+    throw;
   }
   if (turned) {
     ++counters_.caller_turns;
@@ -411,6 +430,7 @@ absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
   } else {
     Notify();
   }
+  turn_->mu.Unlock();
   return work->Wait(timeout);
 }
 

@@ -172,6 +172,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // stall reports.
   void TendBoard(ProcessSetState& global, absl::Time now,
                  absl::Time* next_wakeup);
+  // How often rank 0 looks at an open board: its earliest check.
+  absl::Duration BoardCheckLimit() const;
   // Coordinator, board locked: opens it if `global` is quiet and every
   // request list sent has arrived.
   void OpenBoardIfQuietLocked(const Coordinator& global);

@@ -121,15 +121,19 @@ TEST_P(Batch, RefusesAllOrNone) {
       << refused.status();
   EXPECT_NE(refused.status().message().find("\"a\""), std::string::npos);
 
-  // A name already in flight on rank 0 ("b", submitted alone).
+  // A name already in flight on rank 0 ("b", submitted alone; it stays in
+  // flight until the other ranks submit it below; a job of one rank runs
+  // it at once, so there it may be gone already).
   std::vector<float> b_data(4, 1.0f);
   auto b_alone = rts[0]->Allreduce(Request("b", b_data));
   ASSERT_TRUE(b_alone.ok()) << b_alone.status();
-  std::vector<AllreduceRequest> in_flight = {Request("a", data[0]),
-                                             Request("b", other[0])};
-  refused = rts[0]->AllreduceBatch(in_flight);
-  ASSERT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_NE(refused.status().message().find("\"b\""), std::string::npos);
+  if (n > 1) {
+    std::vector<AllreduceRequest> in_flight = {Request("a", data[0]),
+                                               Request("b", other[0])};
+    refused = rts[0]->AllreduceBatch(in_flight);
+    ASSERT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+    EXPECT_NE(refused.status().message().find("\"b\""), std::string::npos);
+  }
 
   // None of "a" and "c" was queued on rank 0: each goes through now.
   OnEachRank(n, [&](int r) {

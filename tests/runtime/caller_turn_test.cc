@@ -56,8 +56,6 @@ TEST(CallerTurn, LoneCachedAllreducesRunOnTheCallersThread) {
       // Every call was offered a turn unless the thread was in a pass; a
       // turn that completed its collective ran it on the caller's thread.
       EXPECT_GT(s.caller_turns_completed, 0) << n << " ranks, rank " << r;
-      EXPECT_LE(s.caller_turns_completed, s.caller_turns);
-      EXPECT_LE(s.caller_turns, 300);
       EXPECT_GT(s.board_hits, 0);
       std::printf("%d ranks, rank %d: 300 calls, %lld turns, %lld completed\n",
                   n, r, static_cast<long long>(s.caller_turns),
@@ -104,7 +102,6 @@ TEST(CallerTurn, BlockingOnOneRankAsyncOnTheOther) {
       }
     }
   });
-  EXPECT_EQ(rts[1]->stats().caller_turns, 0);
   testing::ShutdownJob(rts);
 }
 
@@ -186,6 +183,54 @@ TEST(CallerTurn, TheCallsTimeoutHoldsWhileAPeerIsLate) {
   OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "late", 1, 5, 2); });
   EXPECT_EQ(v0, (std::vector<float>{11, 22}));
   testing::ShutdownJob(rts);
+}
+
+// A cached name that one rank never submits: the blocking call of the
+// rank that did fails at the op time-out (its turn ends with its spin and
+// hands the entry to the thread, whose passes expire it), whichever rank
+// it is: rank 0's thread must also take the board's partial id to the
+// coordinator.
+TEST(CallerTurn, AWaitWithoutTimeoutEndsAtTheOpTimeoutWhenAPeerNeverCalls) {
+  for (int caller : {0, 1}) {
+    auto rts = testing::StartJob(2, [](Options& o) {
+      LongSpin(o);
+      o.op_timeout = absl::Seconds(1);
+    });
+    OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "never", 1, 20, 2); });
+    std::vector<float> v = {1, 2};
+    AllreduceRequest req;
+    req.name = "never/0";
+    req.input = req.output = TensorView(v.data(), DataType::kFloat32, {2});
+    const absl::Time start = absl::Now();
+    const absl::Status s = rts[caller]->AllreduceAndWait(req);
+    EXPECT_FALSE(s.ok()) << "rank " << caller;
+    EXPECT_FALSE(IsWaitTimeout(s)) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("never/0")) << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << s;
+    for (auto& rt : rts) rt->Abort();
+  }
+}
+
+// Abort while a caller waits in a blocking call: it returns with the
+// abort's error.
+TEST(CallerTurn, AbortEndsABlockingCall) {
+  auto rts = testing::StartJob(2, LongSpin);
+  OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "abort", 1, 20, 2); });
+  std::vector<float> v = {1, 2};
+  AllreduceRequest req;
+  req.name = "abort/0";
+  req.input = req.output = TensorView(v.data(), DataType::kFloat32, {2});
+  absl::Status s;
+  std::thread call([&] { s = rts[0]->AllreduceAndWait(req, absl::Seconds(30)); });
+  // Abort is safe at any moment of the call; no wait for it to start.
+  rts[0]->Abort();
+  call.join();
+  // Abort may come before the call queues (refused) or while it waits
+  // (failed): never a success, since rank 1 never submits, and never the
+  // call's own time-out.
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(IsWaitTimeout(s)) << s;
+  rts[1]->Abort();
 }
 
 }  // namespace

@@ -171,7 +171,11 @@ class Runtime {
   // (any name submitted before) runs on the calling thread instead of
   // being handed to the background thread and back. Returns what Wait
   // would; *submitted (if given) says whether the request was queued
-  // (false: the status is the error Allreduce would have returned).
+  // (false: the status is the error Allreduce would have returned). A
+  // finite `timeout` that passes leaves the collective in flight, using
+  // the request's buffers until it completes, with no Work to tell when:
+  // where a wait may time out and the program goes on, use Allreduce and
+  // Work::Wait.
   absl::Status AllreduceAndWait(
       const AllreduceRequest& request,
       absl::Duration timeout = absl::InfiniteDuration(),

@@ -109,8 +109,10 @@ def test_blocking_allreduces_run_on_the_callers_thread(rank, size):
                             name="blocking.out")
         assert torch.equal(got, torch.full((2,), float(i * size))), i
     after = _C.stats()
-    assert after["caller_turns"] - before["caller_turns"] <= 400
-    assert after["caller_turns_completed"] > before["caller_turns_completed"]
+    # The calls took the loop's turn (whether a turn also completed its
+    # collective depends on the other ranks' timing: the C++
+    # caller_turn_test checks that with a long spin).
+    assert after["caller_turns"] > before["caller_turns"]
 
 
 def test_non_contiguous_and_empty_and_scalar(rank, size):

@@ -35,6 +35,23 @@ def test_a_name_submitted_twice_fails_at_once():
     hvd.synchronize(h)
 
 
+def test_a_name_in_flight_fails_a_blocking_call_at_once(rank):
+    """hvd.allreduce is one blocking call (kolo::Runtime::AllreduceAndWait):
+    its submission's errors stay ValueError, raised before it waits."""
+    name = "err.twice.blocking"
+    if rank == 0:
+        # In flight until the other ranks submit it, after the broadcast.
+        h = hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name=name)
+        with pytest.raises(ValueError, match="already in flight"):
+            hvd.allreduce(torch.ones(3), op=hvd.Sum, name=name)
+    hvd.broadcast_object(0, 0, name="err.twice.blocking.order")
+    if rank == 0:
+        got = hvd.synchronize(h)
+    else:
+        got = hvd.allreduce(torch.ones(3), op=hvd.Sum, name=name)
+    assert torch.equal(got, torch.full((3,), float(hvd.size())))
+
+
 def test_bad_arguments_raise_before_anything_is_submitted():
     with pytest.raises(TypeError, match="complex64 is not supported"):
         hvd.allreduce(torch.ones(2, dtype=torch.complex64))
