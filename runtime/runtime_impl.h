@@ -6,7 +6,7 @@
 // Threads: the public methods run on caller threads; BackgroundLoop() on the
 // background thread, which negotiates and issues collectives; a caller in
 // SubmitAndWait may do the same in the loop's turn (Note [Caller turns] in
-// background_loop.cc): what is marked "background thread" below belongs to
+// hit_board_loop.cc): what is marked "background thread" below belongs to
 // whoever holds the turn, one thread at a time. Fatal() may run on a
 // control-plane reader thread.
 #ifndef KOLO_RUNTIME_RUNTIME_IMPL_H_
@@ -84,7 +84,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::StatusOr<Work> Submit(TensorEntry entry);
   absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
   // Submits the entry and waits for it, running the loop's turn on the
-  // calling thread if it can (Note [Caller turns] in background_loop.cc).
+  // calling thread if it can (Note [Caller turns] in hit_board_loop.cc).
   // *submitted: the entry was queued (else the status is why not).
   absl::Status SubmitAndWait(std::unique_ptr<TensorEntry> entry,
                              absl::Duration timeout, bool* submitted);
@@ -285,7 +285,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
         host_messages_received{0}, caller_turns{0},
         caller_turns_completed{0};
   } counters_;
-  // Note [Caller turns] (background_loop.cc): the loop's turn, and
+  // Note [Caller turns] (hit_board_loop.cc): the loop's turn, and
   // whether the loop runs (callers take turns only while it does).
   struct LoopTurn {
     Mutex mu;

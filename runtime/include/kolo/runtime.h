@@ -112,7 +112,7 @@ struct RuntimeStats {
   int64_t request_lists_sent = 0;   // control messages to the coordinator
   // Blocking calls (AllreduceAndWait) whose caller ran the loop's turn
   // itself, and those of them that it completed (Note [Caller turns] in
-  // runtime/background_loop.cc).
+  // runtime/hit_board_loop.cc).
   int64_t caller_turns = 0;
   int64_t caller_turns_completed = 0;
   // A host leader of a job over several hosts (Note [Host relay] in
