@@ -111,12 +111,15 @@ void RuntimeImpl::ExecuteBoard(bool* done, bool* handed_back) {
     const uint64_t tail = board_->tail();
     while (board_cursor_ < tail) {
       const HitBoardShared::Record& record = board_->record(board_cursor_);
-      if (handed_back && !CallerMayExecute(*global, record)) {
-        *handed_back = true;
-        return;
-      }
       if (record.kind == HitBoardShared::kIds) {
-        ExecuteBoardIds(*global, record);
+        if (!ExecuteBoardIds(*global, record,
+                             /*caller=*/handed_back != nullptr)) {
+          *handed_back = true;
+          return;
+        }
+      } else if (handed_back) {
+        *handed_back = true;  // A list's marker: the thread's.
+        return;
       } else {
         std::shared_ptr<ProcessSetState> set;
         {
@@ -160,21 +163,9 @@ void RuntimeImpl::ExecuteBoard(bool* done, bool* handed_back) {
   }
 }
 
-bool RuntimeImpl::CallerMayExecute(ProcessSetState& global,
-                                   const HitBoardShared::Record& record) {
-  if (record.kind != HitBoardShared::kIds) return false;
-  for (uint32_t i = 0; i < record.count; ++i) {
-    const wire::Response* cached = global.cache->CachedResponse(record.ids[i]);
-    if (!cached ||
-        cached->device_type() == static_cast<int>(DeviceType::kCuda)) {
-      return false;
-    }
-  }
-  return true;
-}
-
-void RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
-                                  const HitBoardShared::Record& record) {
+bool RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
+                                  const HitBoardShared::Record& record,
+                                  bool caller) {
   // Every rank plans the same fusion: the same ids, the same cache (Note
   // [Hits on the board]), the coordinator's threshold.
   board_singles_.clear();
@@ -184,7 +175,12 @@ void RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
       Fatal(absl::InternalError(absl::StrCat(
           "rank ", options_.rank, ": hit board names cache id ",
           record.ids[i], ", which this rank's response cache does not hold")));
-      return;
+      return true;
+    }
+    // Note [Caller turns]: CUDA tensors are the thread's.
+    if (caller &&
+        cached->device_type() == static_cast<int>(DeviceType::kCuda)) {
+      return false;
     }
     board_singles_.push_back(cached);
   }
@@ -197,8 +193,9 @@ void RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
     // Touched in every rank's cache here, rank 0's (the coordinator's)
     // included (Note [Hits on the board]).
     ExecuteResponse(global, board_response_, /*apply_cache=*/true);
-    if (!fatal_status().ok()) return;
+    if (!fatal_status().ok()) return true;
   }
+  return true;
 }
 
 void RuntimeImpl::CloseBoard(ProcessSetState& global, absl::Time now) {

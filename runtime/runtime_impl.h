@@ -152,19 +152,19 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // it names have arrived (those of sets this rank is not in are skipped);
   // *done at the final list.
   // With `handed_back` (a caller's turn): stops, setting it, at a record
-  // the caller leaves to the background thread (CallerMayExecute).
+  // the caller leaves to the background thread (a list's marker, a CUDA
+  // tensor).
   void ExecuteBoard(bool* done, bool* handed_back = nullptr);
-  // Note [Caller turns]: a record of ids, all of CPU tensors.
-  bool CallerMayExecute(ProcessSetState& global,
-                        const HitBoardShared::Record& record);
   // Note [Caller turns], holding turn_->mu: sends this rank's new requests
   // and, on the board, executes its log until `work` completes, the spin
   // time passes or the thread must take over (rung). False if it took no
   // turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
   // One record of ids: the cached responses, fused by the board's plan.
-  void ExecuteBoardIds(ProcessSetState& global,
-                       const HitBoardShared::Record& record);
+  // False, executing nothing, if a `caller` (Note [Caller turns]) must
+  // leave it to the thread (a CUDA tensor).
+  bool ExecuteBoardIds(ProcessSetState& global,
+                       const HitBoardShared::Record& record, bool caller);
   // Coordinator: closes the board, its bits becoming the ranks' hits.
   void CloseBoard(ProcessSetState& global, absl::Time now);
   // Coordinator: opens it again once negotiation of the set is quiet, and

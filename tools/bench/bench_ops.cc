@@ -195,13 +195,13 @@ void WaitAll(const std::vector<Work>& works) {
 
 void KoloRunner::RunMany(std::vector<std::vector<uint8_t>>& tensors,
                          const std::string& tag) {
-  const absl::Time start = absl::Now();
   if (tensors.size() == 1 && flags_.blocking) {
     // One blocking call (the fusion mode's per-tensor row).
     absl::Status s = rt_->AllreduceAndWait(StepRequest(tensors[0], flags_, tag, 0));
     if (!s.ok()) Die(std::string(s.message()));
     return;
   }
+  const absl::Time start = absl::Now();
   std::vector<Work> works;
   works.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -32,16 +32,18 @@ namespace kolo {
 namespace torch {
 namespace {
 
-// Errors of a submission that the caller can fix become ValueError.
+// A submission's error that the caller can fix (it becomes ValueError).
+bool CallersError(const Error& e) {
+  return e.code() == absl::StatusCode::kInvalidArgument ||
+         e.code() == absl::StatusCode::kAlreadyExists;
+}
+
 template <typename F>
 auto Submitting(F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const Error& e) {
-    if (e.code() == absl::StatusCode::kInvalidArgument ||
-        e.code() == absl::StatusCode::kAlreadyExists) {
-      throw py::value_error(e.what());
-    }
+    if (CallersError(e)) throw py::value_error(e.what());
     throw;
   }
 }
@@ -55,15 +57,21 @@ ReduceOp ToOp(int op) {
   return static_cast<ReduceOp>(op);
 }
 
+AllreduceOptions OptionsOf(const std::string& name, int op, double prescale,
+                           double postscale, int process_set) {
+  return AllreduceOptions()
+      .name(name)
+      .op(ToOp(op))
+      .prescale(prescale)
+      .postscale(postscale)
+      .process_set(process_set);
+}
+
 Handle Allreduce(const at::Tensor& tensor, const std::string& name, int op,
                  double prescale, double postscale, int process_set,
                  bool in_place) {
-  const AllreduceOptions options = AllreduceOptions()
-                                       .name(name)
-                                       .op(ToOp(op))
-                                       .prescale(prescale)
-                                       .postscale(postscale)
-                                       .process_set(process_set);
+  const AllreduceOptions options =
+      OptionsOf(name, op, prescale, postscale, process_set);
   return Submitting([&] {
     return in_place ? Default()->allreduce_async_(tensor, options)
                     : Default()->allreduce_async(tensor, options);
@@ -76,21 +84,14 @@ Handle Allreduce(const at::Tensor& tensor, const std::string& name, int op,
 at::Tensor AllreduceBlocking(const at::Tensor& tensor, const std::string& name,
                              int op, double prescale, double postscale,
                              int process_set, bool in_place) {
-  const AllreduceOptions options = AllreduceOptions()
-                                       .name(name)
-                                       .op(ToOp(op))
-                                       .prescale(prescale)
-                                       .postscale(postscale)
-                                       .process_set(process_set);
+  const AllreduceOptions options =
+      OptionsOf(name, op, prescale, postscale, process_set);
   bool submitted = false;
   try {
     py::gil_scoped_release release;
     return Default()->allreduce_blocking(tensor, options, in_place, &submitted);
   } catch (const Error& e) {
-    if (!submitted && (e.code() == absl::StatusCode::kInvalidArgument ||
-                       e.code() == absl::StatusCode::kAlreadyExists)) {
-      throw py::value_error(e.what());
-    }
+    if (!submitted && CallersError(e)) throw py::value_error(e.what());
     throw;
   }
 }
