@@ -66,16 +66,13 @@ TEST(GlooContextTest, TheLoopThreadsRunUnderBatchAndTheCallersPolicyIsBack) {
   std::vector<Connected> ranks = ConnectTwo(SCHED_OTHER);
   ASSERT_TRUE(ranks[0].ok && ranks[1].ok);
   for (const Connected& c : ranks) EXPECT_EQ(c.policy_after, SCHED_OTHER);
-  // The threads that came with the two contexts: one event loop each.
-  int batch = 0, other = 0;
+  // The threads that came with the two contexts: one event loop each
+  // (a sanitizer may add a thread of its own, under the default policy).
+  int batch = 0;
   for (int tid : ThreadsOfThisProcess()) {
-    if (before.count(tid)) continue;
-    const int policy = sched_getscheduler(tid);
-    if (policy == SCHED_BATCH) ++batch;
-    if (policy == SCHED_OTHER) ++other;
+    if (!before.count(tid) && sched_getscheduler(tid) == SCHED_BATCH) ++batch;
   }
   EXPECT_EQ(batch, 2);
-  EXPECT_EQ(other, 0);
   // And the contexts work: a sum over the two ranks.
   std::vector<std::vector<float>> data = {{1, 2, 3}, {10, 20, 30}};
   std::vector<std::thread> threads;
