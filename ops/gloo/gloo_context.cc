@@ -54,7 +54,7 @@ class StoreAdapter : public ::gloo::rendezvous::Store {
 // preempted it, and the spin lasts the loop thread's whole time slice
 // (about 3 ms on Linux's EEVDF scheduler). Every collective over gloo then
 // took ~4 ms whatever its size (2 ranks, 4 KB: 3.7 ms against 0.2 ms with
-// this note; docs/benchmarks.md, "gloo's loop thread"). So the loop thread
+// this note; docs/benchmarks.md, "Two hosts"). So the loop thread
 // is created under SCHED_BATCH: the same share of the CPU as any thread of
 // the rank, but its wake-ups do not preempt the running thread; the thread
 // holding the lock runs on until it waits for its data, and then the loop
