@@ -209,7 +209,8 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   }
   // Under the queue's lock, without copies: a cached request travels as
   // its id, only a new one as a copy.
-  queue_.TakeNewRequests([&](const wire::Request& r) {
+  queue_.TakeNewRequests(now + options_.op_timeout + kLocalTimeoutSlack,
+                         [&](const wire::Request& r) {
     ProcessSetState& set = *sets.at(r.process_set());
     wire::RequestList& list = lists[r.process_set()];
     if (r.type() == wire::JOIN) joined_ = true;

@@ -20,9 +20,6 @@
 namespace kolo {
 namespace {
 
-// A rank that cannot reach the coordinator gives up this long after the
-// coordinator itself would have reported the op timeout.
-constexpr absl::Duration kLocalTimeoutSlack = absl::Seconds(2);
 // After a collective fails, how long to wait for the control plane to name
 // the lost rank.
 constexpr absl::Duration kExplainWait = absl::Seconds(1);
@@ -348,7 +345,7 @@ absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
   return Submit(std::make_unique<TensorEntry>(std::move(entry)));
 }
 
-absl::Status RuntimeImpl::Prepare(TensorEntry* entry, absl::Time deadline) {
+absl::Status RuntimeImpl::Prepare(TensorEntry* entry) {
   if (!accepting_) {
     absl::Status f = fatal_status();
     if (!f.ok()) return f;
@@ -374,18 +371,19 @@ absl::Status RuntimeImpl::Prepare(TensorEntry* entry, absl::Time deadline) {
     }
   }
   entry->request.set_rank(options_.rank);
+  // A recycled entry brings its renewed state (Note [Works recycled]).
   if (!entry->work) entry->work = std::make_shared<internal::WorkState>();
   entry->work->SetWaitPolicy(options_.spin_time, waiters_);
   if (entry->group && entry->group->work) {
     entry->group->work->SetWaitPolicy(options_.spin_time, waiters_);
   }
-  entry->deadline = deadline;
+  // The deadline comes when the background thread takes the request
+  // (TensorQueue::TakeNewRequests).
   return absl::OkStatus();
 }
 
 absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
-  KOLO_RETURN_IF_ERROR(Prepare(
-      owned.get(), absl::Now() + options_.op_timeout + kLocalTimeoutSlack));
+  KOLO_RETURN_IF_ERROR(Prepare(owned.get()));
   Work work = internal::WorkAccess::Make(owned->work);
   KOLO_RETURN_IF_ERROR(queue_.Add(std::move(owned)));
   return work;
@@ -394,8 +392,7 @@ absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
 absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
                                         absl::Duration timeout,
                                         bool* submitted) {
-  KOLO_RETURN_IF_ERROR(Prepare(
-      owned.get(), absl::Now() + options_.op_timeout + kLocalTimeoutSlack));
+  KOLO_RETURN_IF_ERROR(Prepare(owned.get()));
   const std::shared_ptr<internal::WorkState> work = owned->work;
   // Note [Caller turns]: queued without waking the thread, which this
   // caller wakes unless it takes the turn itself.
@@ -436,18 +433,13 @@ absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
 
 absl::StatusOr<std::vector<Work>> RuntimeImpl::SubmitAll(
     std::vector<std::unique_ptr<TensorEntry>>* entries) {
-  // One allocation for every Work's state: each Work shares ownership of
-  // the block (std::shared_ptr's aliasing constructor).
-  auto states =
-      std::make_shared<std::vector<internal::WorkState>>(entries->size());
-  const absl::Time deadline =
-      absl::Now() + options_.op_timeout + kLocalTimeoutSlack;
+  // Recycled entries bring their renewed states (Note [Works recycled]);
+  // the others get one each from Prepare, which the next steps renew (one
+  // block for the batch could be renewed only as a whole).
   std::vector<Work> works;
   works.reserve(entries->size());
-  for (size_t i = 0; i < entries->size(); ++i) {
-    TensorEntry* entry = (*entries)[i].get();
-    entry->work = std::shared_ptr<internal::WorkState>(states, &(*states)[i]);
-    KOLO_RETURN_IF_ERROR(Prepare(entry, deadline));
+  for (auto& entry : *entries) {
+    KOLO_RETURN_IF_ERROR(Prepare(entry.get()));
     works.push_back(internal::WorkAccess::Make(entry->work));
   }
   KOLO_RETURN_IF_ERROR(queue_.AddAll(entries));

@@ -105,6 +105,14 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // every submission).
   absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
       int process_set, const char* op, const std::string& name) const;
+  // Whether this rank is a member of the set, with MemberSet's errors.
+  // The global set (every rank, registered by Start, never removed) is
+  // answered without the sets' lock: a step's every submission asks.
+  absl::Status CheckMember(int process_set, const char* op,
+                           const std::string& name) const {
+    if (process_set == kGlobalProcessSet) return absl::OkStatus();
+    return MemberSet(process_set, op, name).status();
+  }
   absl::StatusOr<std::vector<int>> SetRanks(int process_set) const;
 
   absl::StatusOr<int> Join();
@@ -129,8 +137,12 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
 
  private:
   // Checks that the runtime accepts work and the entry's device; gives the
-  // entry its Work state (unless it has one) and `deadline`.
-  absl::Status Prepare(TensorEntry* entry, absl::Time deadline);
+  // entry its Work state (unless it has one).
+  absl::Status Prepare(TensorEntry* entry);
+  // A rank that cannot reach the coordinator gives up this long after the
+  // coordinator itself would have reported the op timeout (each entry's
+  // deadline counts from when the background thread takes its request).
+  static constexpr absl::Duration kLocalTimeoutSlack = absl::Seconds(2);
   // Note [Background loop] in background_loop.cc.
   void BackgroundLoop();
   // Note [Coalescing submissions]: waits for a burst to end.

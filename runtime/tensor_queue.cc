@@ -30,20 +30,16 @@ void TensorEntry::Reset() {
   input.ready.reset();
   output.ready.reset();
   allocator = nullptr;
-  work.reset();
+  // `work` (completed) stays: Note [Works recycled].
   group.reset();
   deadline = absl::InfiniteFuture();
   scratch.reset();
   sent = false;
 }
 
-absl::Status TensorQueue::CheckAddLocked(const wire::Request& request) {
-  if (!closed_.ok()) return closed_;
-  auto set = table_.find(request.process_set());
-  if (set == table_.end()) return absl::OkStatus();
-  auto it = set->second.find(request.name());
-  if (it == set->second.end()) return absl::OkStatus();
-  if (!it->second->scratch) {
+absl::Status TensorQueue::RefusalLocked(const wire::Request& request,
+                                        const TensorEntry& holder) const {
+  if (!holder.scratch) {
     return absl::AlreadyExistsError(absl::StrCat(
         CollectiveName(request.type()), " \"", request.name(),
         "\": a collective with this name is already in flight on rank ",
@@ -56,16 +52,16 @@ absl::Status TensorQueue::CheckAddLocked(const wire::Request& request) {
       "been resolved by the other ranks yet"));
 }
 
-bool TensorQueue::InsertLocked(std::unique_ptr<TensorEntry> owned) {
+bool TensorQueue::PlaceLocked(std::unique_ptr<TensorEntry> owned,
+                              std::unique_ptr<TensorEntry>* slot) {
+  // Most entries have no deadline yet: TakeNewRequests gives them one.
   earliest_deadline_ = std::min(earliest_deadline_, owned->deadline);
   // The background thread takes all new requests at once: it needs a
   // wake-up only for the first one since it last took them, which saves
   // a system call per tensor when many are submitted in a burst.
   const bool first = new_entries_.empty();
   new_entries_.push_back(owned.get());
-  const wire::Request& request = owned->request;
-  table_[request.process_set()].emplace(absl::string_view(request.name()),
-                                        std::move(owned));
+  *slot = std::move(owned);
   return first;
 }
 
@@ -84,8 +80,14 @@ absl::Status TensorQueue::AddQuietly(std::unique_ptr<TensorEntry> owned) {
 absl::Status TensorQueue::AddImpl(std::unique_ptr<TensorEntry> owned,
                                     bool* first) {
   MutexLock lock(&mu_);
-  KOLO_RETURN_IF_ERROR(CheckAddLocked(owned->request));
-  *first = InsertLocked(std::move(owned));
+  if (!closed_.ok()) return closed_;
+  // One look-up finds the name in flight or makes its slot (the key views
+  // the entry's own name, which lives as long as the slot holds it).
+  const wire::Request& request = owned->request;
+  auto [it, added] = table_[request.process_set()].try_emplace(
+      absl::string_view(request.name()), nullptr);
+  if (!added) return RefusalLocked(request, *it->second);
+  *first = PlaceLocked(std::move(owned), &it->second);
   has_new_.store(true, std::memory_order_release);
   adds_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
@@ -94,29 +96,42 @@ absl::Status TensorQueue::AddImpl(std::unique_ptr<TensorEntry> owned,
 absl::Status TensorQueue::AddAll(
     std::vector<std::unique_ptr<TensorEntry>>* entries) {
   std::vector<std::unique_ptr<TensorEntry>>& batch = *entries;
-  // A name twice in the batch: index of its first request, by set and name.
-  absl::flat_hash_map<std::pair<int, absl::string_view>, size_t> seen;
-  if (batch.size() > 1) seen.reserve(batch.size());
   bool first = false;
   {
     MutexLock lock(&mu_);
-    // Every check before any insert: all or none.
+    if (!closed_.ok()) return closed_;
+    // Each entry goes into its slot as it is checked (one look-up each);
+    // the first refusal takes the batch's entries out again: all or none.
+    const size_t start = new_entries_.size();
     for (size_t i = 0; i < batch.size(); ++i) {
       const wire::Request& request = batch[i]->request;
-      KOLO_RETURN_IF_ERROR(CheckAddLocked(request));
-      if (batch.size() == 1) break;
-      auto [it, added] =
-          seen.emplace(std::make_pair(request.process_set(),
-                                      absl::string_view(request.name())),
-                       i);
-      if (!added) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            CollectiveName(request.type()), " \"", request.name(),
-            "\": the name is given twice in one batch (requests ", it->second,
-            " and ", i, ")"));
+      auto [it, added] = table_[request.process_set()].try_emplace(
+          absl::string_view(request.name()), nullptr);
+      if (added) {
+        first |= PlaceLocked(std::move(batch[i]), &it->second);
+        continue;
       }
+      const TensorEntry* holder = it->second.get();
+      auto earlier = std::find(new_entries_.begin() + start,
+                               new_entries_.end(), holder);
+      absl::Status refused =
+          earlier == new_entries_.end()
+              ? RefusalLocked(request, *holder)
+              : absl::InvalidArgumentError(absl::StrCat(
+                    CollectiveName(request.type()), " \"", request.name(),
+                    "\": the name is given twice in one batch (requests ",
+                    earlier - (new_entries_.begin() + start), " and ", i,
+                    ")"));
+      for (size_t k = start; k < new_entries_.size(); ++k) {
+        const wire::Request& placed = new_entries_[k]->request;
+        auto& names = table_[placed.process_set()];
+        auto slot = names.find(placed.name());
+        batch[k - start] = std::move(slot->second);
+        names.erase(slot);
+      }
+      new_entries_.resize(start);
+      return refused;
     }
-    for (auto& e : batch) first |= InsertLocked(std::move(e));
     if (!batch.empty()) {
       has_new_.store(true, std::memory_order_release);
       adds_.fetch_add(batch.size(), std::memory_order_release);
@@ -127,16 +142,41 @@ absl::Status TensorQueue::AddAll(
   return absl::OkStatus();
 }
 
+// Note [Works recycled]
+// A recycled entry keeps its completed WorkState. When the entry serves
+// its next submission, the state is renewed for it if no Work shares it
+// any more (the caller let go of the last step's handles, as a training
+// loop does), so that a steady-state submission allocates no state either;
+// otherwise the entry gets a new state and the old one lives on in the
+// caller's Works. "No Work shares it" is read from the shared_ptr's count
+// after taking a reference of our own: that increment is an
+// acquire-release on the count, which the last Work's release (also
+// acquire-release) happened before, so the old readers' reads of the
+// status happen before Renew's writes (use_count() alone is a relaxed
+// read). Only the entry can reach the state afterwards: the runtime hands
+// out Works from entries, and nothing keeps a weak_ptr.
+void TensorQueue::ReuseWork(TensorEntry* e) {
+  if (!e->work) return;
+  const std::shared_ptr<internal::WorkState> probe = e->work;
+  if (probe.use_count() == 2) {
+    e->work->Renew();
+  } else {
+    e->work.reset();
+  }
+}
+
 std::unique_ptr<TensorEntry> TensorQueue::NewEntry() {
+  std::unique_ptr<TensorEntry> e;
   {
     MutexLock lock(&free_mu_);
     if (!free_.empty()) {
-      std::unique_ptr<TensorEntry> e = std::move(free_.back());
+      e = std::move(free_.back());
       free_.pop_back();
-      return e;
     }
   }
-  return std::make_unique<TensorEntry>();
+  if (!e) return std::make_unique<TensorEntry>();
+  ReuseWork(e.get());
+  return e;
 }
 
 void TensorQueue::NewEntries(size_t n,
@@ -150,6 +190,7 @@ void TensorQueue::NewEntries(size_t n,
       free_.pop_back();
     }
   }
+  for (auto& e : *out) ReuseWork(e.get());
   while (out->size() < n) out->push_back(std::make_unique<TensorEntry>());
 }
 
@@ -179,11 +220,15 @@ size_t TensorQueue::free_entries() const {
 }
 
 void TensorQueue::TakeNewRequests(
-    const std::function<void(const wire::Request&)>& fn) {
+    absl::Time deadline, const std::function<void(const wire::Request&)>& fn) {
   MutexLock lock(&mu_);
   for (TensorEntry* e : new_entries_) {
     fn(e->request);
     e->sent = true;
+    if (e->deadline == absl::InfiniteFuture()) e->deadline = deadline;
+  }
+  if (!new_entries_.empty()) {
+    earliest_deadline_ = std::min(earliest_deadline_, deadline);
   }
   new_entries_.clear();
   has_new_.store(false, std::memory_order_release);

@@ -46,7 +46,9 @@ struct TensorEntry {
   OutputAllocator allocator;  // Allgather.
   std::shared_ptr<internal::WorkState> work;
   std::shared_ptr<GroupCompletion> group;  // grouped allreduce only
-  absl::Time deadline;    // Local backstop for the op timeout.
+  // Local backstop for the op timeout; set when the background thread
+  // takes the request unless the submitter set one.
+  absl::Time deadline = absl::InfiniteFuture();
   // Set once the entry timed out locally: the caller's memory is no longer
   // ours, so a late response runs on this zero-filled scratch instead.
   std::shared_ptr<std::vector<uint8_t>> scratch;
@@ -94,11 +96,16 @@ class TensorQueue {
   void Recycle(std::vector<std::unique_ptr<TensorEntry>>* entries);
   static constexpr size_t kMaxFreeEntries = 4096;
   size_t free_entries() const;
+  // Renews `e`'s completed state if nothing else shares it, else drops it
+  // (Note [Works recycled]).
+  static void ReuseWork(TensorEntry* e);
 
   // Calls `fn` with each request added since the last call, in submission
   // order, under the queue's lock (no copies; `fn` must not call back into
-  // the queue).
-  void TakeNewRequests(const std::function<void(const wire::Request&)>& fn);
+  // the queue). Entries added without a deadline get `deadline`: one
+  // clock read per take instead of one per submission.
+  void TakeNewRequests(absl::Time deadline,
+                       const std::function<void(const wire::Request&)>& fn);
   // Without the lock: whether requests wait to be taken, and how many
   // were ever added (a change means a submission came).
   bool has_new_requests() const {
@@ -141,14 +148,18 @@ class TensorQueue {
   // holds mu_ to take responses' entries.
   mutable Mutex free_mu_;
   std::vector<std::unique_ptr<TensorEntry>> free_ KOLO_GUARDED_BY(free_mu_);
-  // Adds under mu_ (the part of Add after the checks); whether it was the
-  // first new request since the background thread took them.
-  bool InsertLocked(std::unique_ptr<TensorEntry> owned) KOLO_REQUIRES(mu_);
   // Add's work; *first: the background thread needs a wake-up.
   absl::Status AddImpl(std::unique_ptr<TensorEntry> owned, bool* first)
       KOLO_EXCLUDES(mu_);
-  // Add's refusal of `request`, if any.
-  absl::Status CheckAddLocked(const wire::Request& request) KOLO_REQUIRES(mu_);
+  // The refusal of `request` while `holder` has its name.
+  absl::Status RefusalLocked(const wire::Request& request,
+                             const TensorEntry& holder) const
+      KOLO_REQUIRES(mu_);
+  // Puts `owned` into its table slot `slot` (made by the caller) and the
+  // new requests; whether it was the first new request since the
+  // background thread took them.
+  bool PlaceLocked(std::unique_ptr<TensorEntry> owned,
+                   std::unique_ptr<TensorEntry>* slot) KOLO_REQUIRES(mu_);
   // Process set -> name -> entry (names are unique per process set). The
   // key views the entry's own request name.
   using Table = absl::flat_hash_map<

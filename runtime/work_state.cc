@@ -10,27 +10,40 @@
 namespace kolo {
 namespace internal {
 
+// Note [Completion without a lock]
+// A training step completes hundreds of collectives, and their callers
+// mostly poll: neither side takes mu_ unless a waiter sleeps. Complete()
+// claims the state (one winner), writes the status, publishes it with
+// done_flag_, then looks at blocked_; a sleeper counts itself in blocked_
+// under mu_ before it looks at done_flag_. Both are seq_cst, so either the
+// completer sees the sleeper (and notifies under mu_, which the sleeper
+// holds until it waits) or the sleeper sees done_flag_ and does not sleep.
 bool WorkState::Complete(absl::Status status, std::vector<int64_t> splits) {
-  bool wake = false;
-  {
+  if (claimed_.exchange(true, std::memory_order_acq_rel)) return false;
+  status_ = std::move(status);
+  splits_ = std::move(splits);
+  done_flag_.store(true, std::memory_order_seq_cst);
+  if (blocked_.load(std::memory_order_seq_cst) > 0) {
     MutexLock lock(&mu_);
-    if (done_) return false;
-    done_ = true;
-    status_ = std::move(status);
-    splits_ = std::move(splits);
-    done_flag_.store(true, std::memory_order_release);
-    // Most Works are waited for by polling (or not yet at all): no system
-    // call unless someone sleeps on cv_.
-    wake = blocked_ > 0;
+    cv_.NotifyAll();
   }
-  if (wake) cv_.NotifyAll();
   return true;
+}
+
+void WorkState::Renew() {
+  // The caller made sure that every earlier reader is done (Note [Works
+  // recycled]) and that nobody else can reach this state.
+  status_ = absl::OkStatus();
+  splits_.clear();
+  value_.store(0, std::memory_order_relaxed);
+  done_flag_.store(false, std::memory_order_relaxed);
+  claimed_.store(false, std::memory_order_release);
 }
 
 void WorkState::SetWaitPolicy(absl::Duration spin,
                               std::shared_ptr<std::atomic<int>> waiters) {
   spin_ = spin;
-  waiters_ = std::move(waiters);
+  if (waiters_ != waiters) waiters_ = std::move(waiters);
 }
 
 bool WorkState::IsCompleted() const {
@@ -57,7 +70,6 @@ absl::Status WorkState::Wait(absl::Duration timeout) const {
                             : timeout - (absl::Now() - start),
                         timeout);
   }
-  MutexLock lock(&mu_);
   return status_;
 }
 
@@ -65,22 +77,25 @@ absl::Status WorkState::WaitQuietly(absl::Duration timeout) const {
   if (!done_flag_.load(std::memory_order_acquire)) {
     return WaitBlocking(timeout, timeout);
   }
-  MutexLock lock(&mu_);
   return status_;
 }
 
 absl::Status WorkState::WaitBlocking(absl::Duration remaining,
                                      absl::Duration timeout) const {
-  MutexLock lock(&mu_);
-  ++blocked_;
   const absl::Time deadline =
       remaining == absl::InfiniteDuration()
           ? absl::InfiniteFuture()
           : absl::Now() + std::max(remaining, absl::ZeroDuration());
-  while (!done_ && cv_.WaitUntil(&mu_, deadline)) {
+  bool done;
+  {
+    MutexLock lock(&mu_);
+    blocked_.fetch_add(1, std::memory_order_seq_cst);
+    while (!(done = done_flag_.load(std::memory_order_seq_cst)) &&
+           cv_.WaitUntil(&mu_, deadline)) {
+    }
+    blocked_.fetch_sub(1, std::memory_order_relaxed);
   }
-  --blocked_;
-  if (!done_) {
+  if (!done) {
     absl::Status expired = absl::DeadlineExceededError(
         "Work::Wait timed out after " + FormatSeconds(timeout) +
         "; the collective is still pending");
@@ -91,24 +106,26 @@ absl::Status WorkState::WaitBlocking(absl::Duration remaining,
 }
 
 absl::Status WorkState::status() const {
-  MutexLock lock(&mu_);
-  if (!done_) return absl::UnknownError("pending");
+  if (!done_flag_.load(std::memory_order_acquire)) {
+    return absl::UnknownError("pending");
+  }
   return status_;
 }
 
 std::vector<int64_t> WorkState::splits() const {
-  MutexLock lock(&mu_);
+  if (!done_flag_.load(std::memory_order_acquire)) return {};
   return splits_;
 }
 
 void WorkState::SetValue(int64_t value) {
-  MutexLock lock(&mu_);
-  if (!done_) value_ = value;
+  if (!claimed_.load(std::memory_order_acquire)) {
+    value_.store(value, std::memory_order_relaxed);
+  }
 }
 
 int64_t WorkState::value() const {
-  MutexLock lock(&mu_);
-  return value_;
+  // Set before Complete's release of done_flag_, read after its acquire.
+  return value_.load(std::memory_order_relaxed);
 }
 
 }  // namespace internal

@@ -8,7 +8,11 @@
 // calls are ignored), by the background thread or by the thread that
 // observes a failure; any thread may query or wait on it. SetWaitPolicy()
 // and SetValue() are called by the runtime before the Work is handed out
-// (SetValue: before it is completed).
+// (SetValue: before it is completed); Renew() only where no Work shares
+// the state any more (Note [Works recycled] in runtime/tensor_queue.cc).
+//
+// Completing and waiting take no lock unless a waiter sleeps (Note
+// [Completion without a lock] in work_state.cc).
 //
 // Errors: Wait()/WaitQuietly() return the collective's status, or
 // DeadlineExceeded with kWaitTimeoutPayload when their timeout passes first.
@@ -34,6 +38,9 @@ class WorkState {
  public:
   // Returns false if already completed.
   bool Complete(absl::Status status, std::vector<int64_t> splits = {});
+  // Makes a completed state pending again, for a later collective. Only
+  // for a state that nothing else shares (no Work, no waiter).
+  void Renew();
   bool IsCompleted() const;
   absl::Status Wait(absl::Duration timeout) const;
   absl::Status WaitQuietly(absl::Duration timeout) const;
@@ -59,14 +66,18 @@ class WorkState {
 
   absl::Duration spin_ = absl::ZeroDuration();
   std::shared_ptr<std::atomic<int>> waiters_;
-  std::atomic<bool> done_flag_{false};  // done_, readable without mu_
+  // Set by the one Complete() that wins; the others return at once.
+  std::atomic<bool> claimed_{false};
+  // Set (release) once status_ and splits_ are written: from then on they
+  // are read without a lock and never written again (until Renew).
+  std::atomic<bool> done_flag_{false};
+  absl::Status status_;
+  std::vector<int64_t> splits_;
   mutable Mutex mu_;
   mutable CondVar cv_;
-  bool done_ KOLO_GUARDED_BY(mu_) = false;
-  mutable int blocked_ KOLO_GUARDED_BY(mu_) = 0;  // waiters on cv_
-  absl::Status status_ KOLO_GUARDED_BY(mu_);
-  std::vector<int64_t> splits_ KOLO_GUARDED_BY(mu_);
-  int64_t value_ KOLO_GUARDED_BY(mu_) = 0;
+  // Waiters asleep on cv_ (changed under mu_, read by Complete without it).
+  mutable std::atomic<int> blocked_{0};
+  std::atomic<int64_t> value_{0};
 };
 
 // The only way to make a Work from a WorkState, or to reach a Work's state

@@ -27,10 +27,11 @@ std::unique_ptr<TensorEntry> Entry(const std::string& name, int set = 0,
   return e;
 }
 
-std::vector<std::string> NewNames(TensorQueue& q) {
+std::vector<std::string> NewNames(
+    TensorQueue& q, absl::Time deadline = absl::InfiniteFuture()) {
   std::vector<std::string> names;
-  q.TakeNewRequests(
-      [&](const wire::Request& r) { names.push_back(r.name()); });
+  q.TakeNewRequests(deadline,
+                    [&](const wire::Request& r) { names.push_back(r.name()); });
   return names;
 }
 
@@ -213,14 +214,19 @@ TEST_F(QueueTest, RecycledEntriesComeBackEmptyWithTheirStorage) {
   queue.Recycle(&done);
   EXPECT_TRUE(done.empty());
   EXPECT_EQ(queue.free_entries(), 1u);
-  EXPECT_TRUE(work.expired());  // The entry let go of its Work.
+  // The entry keeps its completed state (Note [Works recycled]).
+  ASSERT_FALSE(work.expired());
+  EXPECT_TRUE(work.lock()->IsCompleted());
 
   std::unique_ptr<TensorEntry> again = queue.NewEntry();
   EXPECT_EQ(again.get(), raw);
   EXPECT_EQ(again->request.name(), "");
   EXPECT_EQ(again->request.shape_size(), 0);
   EXPECT_GE(again->request.mutable_name()->capacity(), capacity);
-  EXPECT_EQ(again->work, nullptr);
+  // No Work shared the state: it is renewed for the next collective.
+  EXPECT_EQ(again->work, work.lock());
+  EXPECT_FALSE(again->work->IsCompleted());
+  EXPECT_EQ(again->work->status().code(), absl::StatusCode::kUnknown);
   EXPECT_FALSE(again->allocator);
   EXPECT_FALSE(again->sent);
   EXPECT_EQ(again->deadline, absl::InfiniteFuture());
@@ -230,6 +236,74 @@ TEST_F(QueueTest, RecycledEntriesComeBackEmptyWithTheirStorage) {
   queue.NewEntries(3, &fresh);  // None left to reuse: new ones.
   ASSERT_EQ(fresh.size(), 3u);
   for (auto& f : fresh) ASSERT_NE(f, nullptr);
+}
+
+TEST_F(QueueTest, AStateAWorkStillSharesIsNeverRenewed) {
+  auto e = Entry("held");
+  // The caller's handle, as a Work holds it.
+  std::shared_ptr<internal::WorkState> held = e->work;
+  std::vector<int64_t> splits = {3, 4};
+  e->work->Complete(absl::AbortedError("rank 1 gave up"), splits);
+  std::vector<std::unique_ptr<TensorEntry>> done;
+  done.push_back(std::move(e));
+  queue.Recycle(&done);
+
+  std::unique_ptr<TensorEntry> again = queue.NewEntry();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(again->work, nullptr);  // A new state comes with the submission.
+  ASSERT_TRUE(held->IsCompleted());
+  EXPECT_EQ(held->status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(held->splits(), splits);
+  EXPECT_EQ(held.use_count(), 1);
+
+  // The same through the batch path, beside an entry whose state is free.
+  auto shared = Entry("shared");
+  auto alone = Entry("alone");
+  std::shared_ptr<internal::WorkState> handle = shared->work;
+  const internal::WorkState* alone_state = alone->work.get();
+  shared->work->Complete(absl::OkStatus());
+  alone->work->Complete(absl::OkStatus());
+  done.push_back(std::move(shared));
+  done.push_back(std::move(alone));
+  queue.Recycle(&done);
+  std::vector<std::unique_ptr<TensorEntry>> batch;
+  queue.NewEntries(2, &batch);
+  ASSERT_EQ(batch.size(), 2u);
+  int renewed = 0;
+  for (auto& b : batch) {
+    if (!b->work) continue;
+    ++renewed;
+    EXPECT_EQ(b->work.get(), alone_state);
+    EXPECT_FALSE(b->work->IsCompleted());
+  }
+  EXPECT_EQ(renewed, 1);
+  EXPECT_TRUE(handle->IsCompleted());
+}
+
+TEST_F(QueueTest, EntriesWithoutADeadlineGetTheTakesAndExpireByIt) {
+  const absl::Time now = absl::Now();
+  std::vector<float> caller(4, 1.0f);
+  auto a = Entry("a");
+  a->input = a->output = TensorView(caller.data(), DataType::kFloat32, {4});
+  std::shared_ptr<internal::WorkState> work = a->work;
+  ASSERT_TRUE(queue.Add(std::move(a)).ok());
+  // Not taken yet: no deadline, nothing expires.
+  EXPECT_EQ(queue.ExpireLocal(now + absl::Hours(2), absl::Seconds(5)),
+            absl::InfiniteFuture());
+  EXPECT_FALSE(work->IsCompleted());
+  ASSERT_EQ(NewNames(queue, now + absl::Hours(3)).size(), 1u);
+  EXPECT_EQ(queue.ExpireLocal(now + absl::Hours(2), absl::Seconds(5)),
+            now + absl::Hours(3));
+  EXPECT_FALSE(work->IsCompleted());
+  queue.ExpireLocal(now + absl::Hours(3), absl::Seconds(5));
+  ASSERT_TRUE(work->IsCompleted());
+  EXPECT_EQ(work->status().code(), absl::StatusCode::kDeadlineExceeded);
+  // An entry that came with its own deadline keeps it.
+  auto b = Entry("b", 0, now + absl::Hours(1));
+  TensorEntry* raw = b.get();
+  ASSERT_TRUE(queue.Add(std::move(b)).ok());
+  ASSERT_EQ(NewNames(queue, now + absl::Hours(9)).size(), 1u);
+  EXPECT_EQ(raw->deadline, now + absl::Hours(1));
 }
 
 TEST_F(QueueTest, KeepsAtMostTheCapOfFreeEntries) {
