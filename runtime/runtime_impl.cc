@@ -377,7 +377,7 @@ absl::Status RuntimeImpl::Prepare(TensorEntry* entry) {
   if (entry->group && entry->group->work) {
     entry->group->work->SetWaitPolicy(options_.spin_time, waiters_);
   }
-  // The deadline comes when the background thread takes the request
+  // The deadline comes when the request is taken for sending
   // (TensorQueue::TakeNewRequests).
   return absl::OkStatus();
 }

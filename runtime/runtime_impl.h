@@ -141,7 +141,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::Status Prepare(TensorEntry* entry);
   // A rank that cannot reach the coordinator gives up this long after the
   // coordinator itself would have reported the op timeout (each entry's
-  // deadline counts from when the background thread takes its request).
+  // deadline counts from when its request is taken for sending: by the
+  // background thread, or by a caller in its turn).
   static constexpr absl::Duration kLocalTimeoutSlack = absl::Seconds(2);
   // Note [Background loop] in background_loop.cc.
   void BackgroundLoop();

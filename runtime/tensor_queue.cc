@@ -81,6 +81,8 @@ absl::Status TensorQueue::AddImpl(std::unique_ptr<TensorEntry> owned,
                                     bool* first) {
   MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
+  // Room first: nothing below throws once the slot exists.
+  new_entries_.reserve(new_entries_.size() + 1);
   // One look-up finds the name in flight or makes its slot (the key views
   // the entry's own name, which lives as long as the slot holds it).
   const wire::Request& request = owned->request;
@@ -102,7 +104,9 @@ absl::Status TensorQueue::AddAll(
     if (!closed_.ok()) return closed_;
     // Each entry goes into its slot as it is checked (one look-up each);
     // the first refusal takes the batch's entries out again: all or none.
+    // Room first: nothing throws once a slot exists.
     const size_t start = new_entries_.size();
+    new_entries_.reserve(start + batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       const wire::Request& request = batch[i]->request;
       auto [it, added] = table_[request.process_set()].try_emplace(
@@ -145,20 +149,23 @@ absl::Status TensorQueue::AddAll(
 // Note [Works recycled]
 // A recycled entry keeps its completed WorkState. When the entry serves
 // its next submission, the state is renewed for it if no Work shares it
-// any more (the caller let go of the last step's handles, as a training
-// loop does), so that a steady-state submission allocates no state either;
-// otherwise the entry gets a new state and the old one lives on in the
-// caller's Works. "No Work shares it" is read from the shared_ptr's count
-// after taking a reference of our own: that increment is an
-// acquire-release on the count, which the last Work's release (also
-// acquire-release) happened before, so the old readers' reads of the
-// status happen before Renew's writes (use_count() alone is a relaxed
-// read). Only the entry can reach the state afterwards: the runtime hands
-// out Works from entries, and nothing keeps a weak_ptr.
+// any more (the caller let go of the last step's handles before this
+// submission), so that a steady-state submission allocates no state
+// either; otherwise (a caller that replaces its list of handles only after
+// submitting the next step's) the entry gets a new state and the old one
+// lives on in the caller's Works. "No Work shares it" is read from the shared_ptr's count
+// after taking a reference of our own, and the old readers' reads of the
+// status must happen before Renew's writes: each dropped its Work with a
+// release on the count; the acquire fence after the read of the count
+// pairs with it (use_count() is a relaxed read). libstdc++'s increment of
+// the probe is itself acquire-release, which is what TSan sees (it does
+// not model fences). Only the entry can reach the state afterwards: the
+// runtime hands out Works from entries, and nothing keeps a weak_ptr.
 void TensorQueue::ReuseWork(TensorEntry* e) {
   if (!e->work) return;
   const std::shared_ptr<internal::WorkState> probe = e->work;
   if (probe.use_count() == 2) {
+    std::atomic_thread_fence(std::memory_order_acquire);
     e->work->Renew();
   } else {
     e->work.reset();

@@ -93,6 +93,8 @@ absl::Status WorkState::WaitBlocking(absl::Duration remaining,
     while (!(done = done_flag_.load(std::memory_order_seq_cst)) &&
            cv_.WaitUntil(&mu_, deadline)) {
     }
+    // A completion that came with the deadline still counts.
+    done = done_flag_.load(std::memory_order_seq_cst);
     blocked_.fetch_sub(1, std::memory_order_relaxed);
   }
   if (!done) {
