@@ -52,17 +52,30 @@ absl::Status TensorQueue::RefusalLocked(const wire::Request& request,
       "been resolved by the other ranks yet"));
 }
 
-bool TensorQueue::PlaceLocked(std::unique_ptr<TensorEntry> owned,
-                              std::unique_ptr<TensorEntry>* slot) {
+void TensorQueue::RoomForLocked(size_t more) {
+  const size_t need = new_entries_.size() + more;
+  if (need > new_entries_.capacity()) {
+    new_entries_.reserve(std::max(need, 2 * new_entries_.capacity()));
+  }
+}
+
+const TensorEntry* TensorQueue::PlaceLocked(
+    std::unique_ptr<TensorEntry>* owned, bool* first) {
+  // One look-up finds the name in flight or makes its slot (the key views
+  // the entry's own name, which lives as long as the slot holds it).
+  const wire::Request& request = (*owned)->request;
+  auto [it, added] = table_[request.process_set()].try_emplace(
+      absl::string_view(request.name()), nullptr);
+  if (!added) return it->second.get();
   // Most entries have no deadline yet: TakeNewRequests gives them one.
-  earliest_deadline_ = std::min(earliest_deadline_, owned->deadline);
+  earliest_deadline_ = std::min(earliest_deadline_, (*owned)->deadline);
   // The background thread takes all new requests at once: it needs a
   // wake-up only for the first one since it last took them, which saves
   // a system call per tensor when many are submitted in a burst.
-  const bool first = new_entries_.empty();
-  new_entries_.push_back(owned.get());
-  *slot = std::move(owned);
-  return first;
+  *first |= new_entries_.empty();
+  new_entries_.push_back(owned->get());  // RoomForLocked: does not throw
+  it->second = std::move(*owned);
+  return nullptr;
 }
 
 absl::Status TensorQueue::Add(std::unique_ptr<TensorEntry> owned) {
@@ -81,15 +94,10 @@ absl::Status TensorQueue::AddImpl(std::unique_ptr<TensorEntry> owned,
                                     bool* first) {
   MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
-  // Room first: nothing below throws once the slot exists.
-  new_entries_.reserve(new_entries_.size() + 1);
-  // One look-up finds the name in flight or makes its slot (the key views
-  // the entry's own name, which lives as long as the slot holds it).
-  const wire::Request& request = owned->request;
-  auto [it, added] = table_[request.process_set()].try_emplace(
-      absl::string_view(request.name()), nullptr);
-  if (!added) return RefusalLocked(request, *it->second);
-  *first = PlaceLocked(std::move(owned), &it->second);
+  RoomForLocked(1);
+  if (const TensorEntry* holder = PlaceLocked(&owned, first)) {
+    return RefusalLocked(owned->request, *holder);
+  }
   has_new_.store(true, std::memory_order_release);
   adds_.fetch_add(1, std::memory_order_release);
   return absl::OkStatus();
@@ -104,18 +112,12 @@ absl::Status TensorQueue::AddAll(
     if (!closed_.ok()) return closed_;
     // Each entry goes into its slot as it is checked (one look-up each);
     // the first refusal takes the batch's entries out again: all or none.
-    // Room first: nothing throws once a slot exists.
     const size_t start = new_entries_.size();
-    new_entries_.reserve(start + batch.size());
+    RoomForLocked(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
+      const TensorEntry* holder = PlaceLocked(&batch[i], &first);
+      if (!holder) continue;
       const wire::Request& request = batch[i]->request;
-      auto [it, added] = table_[request.process_set()].try_emplace(
-          absl::string_view(request.name()), nullptr);
-      if (added) {
-        first |= PlaceLocked(std::move(batch[i]), &it->second);
-        continue;
-      }
-      const TensorEntry* holder = it->second.get();
       auto earlier = std::find(new_entries_.begin() + start,
                                new_entries_.end(), holder);
       absl::Status refused =

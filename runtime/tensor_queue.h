@@ -46,8 +46,8 @@ struct TensorEntry {
   OutputAllocator allocator;  // Allgather.
   std::shared_ptr<internal::WorkState> work;
   std::shared_ptr<GroupCompletion> group;  // grouped allreduce only
-  // Local backstop for the op timeout; set when the background thread
-  // takes the request unless the submitter set one.
+  // Local backstop for the op timeout; set when the request is taken for
+  // sending (TakeNewRequests) unless the submitter set one.
   absl::Time deadline = absl::InfiniteFuture();
   // Set once the entry timed out locally: the caller's memory is no longer
   // ours, so a late response runs on this zero-filled scratch instead.
@@ -60,7 +60,8 @@ struct TensorEntry {
   void Complete(const absl::Status& status, std::vector<int64_t> splits = {});
 
   // Forgets the collective (Note [Entries recycled]): drops every reference
-  // it holds, keeps the storage of its strings and vectors.
+  // it holds but its completed Work state (Note [Works recycled]), keeps
+  // the storage of its strings and vectors.
   void Reset();
 };
 
@@ -155,11 +156,15 @@ class TensorQueue {
   absl::Status RefusalLocked(const wire::Request& request,
                              const TensorEntry& holder) const
       KOLO_REQUIRES(mu_);
-  // Puts `owned` into its table slot `slot` (made by the caller) and the
-  // new requests; whether it was the first new request since the
-  // background thread took them.
-  bool PlaceLocked(std::unique_ptr<TensorEntry> owned,
-                   std::unique_ptr<TensorEntry>* slot) KOLO_REQUIRES(mu_);
+  // Moves *owned into the table under its name and into the new requests
+  // (*first |= it is the first new request since the background thread
+  // took them) and returns null; or, if an entry holds the name, leaves
+  // *owned and returns that entry. Needs RoomForLocked(1) first.
+  const TensorEntry* PlaceLocked(std::unique_ptr<TensorEntry>* owned,
+                                 bool* first) KOLO_REQUIRES(mu_);
+  // Room for `more` new requests (growing geometrically), so that
+  // PlaceLocked does not throw once it has made a slot.
+  void RoomForLocked(size_t more) KOLO_REQUIRES(mu_);
   // Process set -> name -> entry (names are unique per process set). The
   // key views the entry's own request name.
   using Table = absl::flat_hash_map<

@@ -68,7 +68,7 @@ class WorkState {
   std::shared_ptr<std::atomic<int>> waiters_;
   // Set by the one Complete() that wins; the others return at once.
   std::atomic<bool> claimed_{false};
-  // Set (release) once status_ and splits_ are written: from then on they
+  // Set (seq_cst) once status_ and splits_ are written: from then on they
   // are read without a lock and never written again (until Renew).
   std::atomic<bool> done_flag_{false};
   absl::Status status_;
