@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/format.h"
+#include "runtime/phase_clock.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/sync/mutex.h"
 
@@ -198,6 +199,7 @@ void RuntimeImpl::CoalesceSubmissions() {
 void RuntimeImpl::SendRequests(absl::Time now) {
   const bool send_shutdown = shutdown_requested_ && !shutdown_sent_;
   if (!queue_.has_new_requests() && !send_shutdown) return;
+  ScopedPhase phase(options_.phase_times, &counters_.send_ns);
   std::map<int, wire::RequestList> lists;
   std::map<int, std::shared_ptr<ProcessSetState>> sets;
   // Per set: the cache ids to send (as bits where dense: AddCacheHits).
@@ -208,21 +210,35 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     sets.insert(sets_.begin(), sets_.end());
   }
   // Under the queue's lock, without copies: a cached request travels as
-  // its id, only a new one as a copy.
+  // its id, only a new one as a copy. A step's requests come in runs of one
+  // process set: the set's state, list and ids are looked up once per run
+  // (std::map's references stay valid as others are added), and the
+  // counters are added to once per take.
+  int run_set = -1;
+  ResponseCache* run_cache = nullptr;
+  wire::RequestList* run_list = nullptr;
+  std::vector<int64_t>* run_hits = nullptr;
+  int64_t hits_taken = 0, requests_taken = 0;
   queue_.TakeNewRequests(now + options_.op_timeout + kLocalTimeoutSlack,
                          [&](const wire::Request& r) {
-    ProcessSetState& set = *sets.at(r.process_set());
-    wire::RequestList& list = lists[r.process_set()];
+    if (r.process_set() != run_set || run_cache == nullptr) {
+      run_set = r.process_set();
+      run_cache = sets.at(run_set)->cache;
+      run_list = &lists[run_set];
+      run_hits = &hits[run_set];
+    }
     if (r.type() == wire::JOIN) joined_ = true;
-    const int64_t id = set.cache->Lookup(r);
+    const int64_t id = run_cache->Lookup(r);
     if (id >= 0) {
-      hits[r.process_set()].push_back(id);
-      ++counters_.cache_hits_sent;
+      run_hits->push_back(id);
+      ++hits_taken;
     } else {
-      *list.add_requests() = r;
-      ++counters_.requests_sent;
+      *run_list->add_requests() = r;
+      ++requests_taken;
     }
   });
+  counters_.cache_hits_sent += hits_taken;
+  counters_.requests_sent += requests_taken;
   if (board_ && (lists.count(kGlobalProcessSet) || send_shutdown)) {
     // Note [Hits on the board]: the global set's hits go on the board
     // while it is open and this rank has executed the log as far as the
@@ -470,12 +486,17 @@ void RuntimeImpl::ExecuteList(ProcessSetState& set,
 
 void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
                                   const wire::Response& compact,
-                                  bool apply_cache) {
+                                  bool apply_cache,
+                                  const wire::Response* const* cached) {
+  PhaseClock clock(options_.phase_times);
   // A response that came as cache ids is rebuilt from this rank's cache,
   // into storage kept from one response to the next.
   const bool from_cache = compact.cache_ids_size() > 0;
   const wire::Response& response = from_cache ? expanded_ : compact;
-  if (from_cache && !ExpandCachedResponse(*set.cache, compact, &expanded_)) {
+  if (from_cache && cached) {
+    ExpandCachedResponse(cached, compact, &expanded_);
+  } else if (from_cache &&
+             !ExpandCachedResponse(*set.cache, compact, &expanded_)) {
     Fatal(absl::InternalError(absl::StrCat(
         "rank ", options_.rank, ": response cache of process set ", set.id,
         " out of step with the coordinator")));
@@ -564,10 +585,18 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     }
     executor = set.cuda_executor.get();
   }
+  if (clock.on()) counters_.prepare_ns += clock.Lap();
+  const int64_t completed_before = executor->complete_ns();
   absl::Status s = executor->Execute(response, entries);
+  if (clock.on()) {
+    const int64_t complete = executor->complete_ns() - completed_before;
+    counters_.collective_ns += clock.Lap() - complete;
+    counters_.complete_ns += complete;
+  }
   // Note [Entries recycled]: the completed entries serve later submissions
   // (those a device backend completes later are its own until then).
   queue_.Recycle(&entries);
+  if (clock.on()) counters_.recycle_ns += clock.Lap();
   if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
 }
 

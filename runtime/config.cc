@@ -618,6 +618,7 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
   }
   KOLO_RETURN_IF_ERROR(ReadBool(env, Alias(env, "KOLO_TIMELINE_MARK_CYCLES"),
                                 &o.timeline_mark_cycles));
+  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_PHASE_TIMES", &o.phase_times));
   KOLO_RETURN_IF_ERROR(ReadLogLevel(env, Alias(env, "KOLO_LOG_LEVEL"),
                                     &o.log_level));
   KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));

@@ -47,6 +47,11 @@ class Executor {
   // Bytes of the staging buffers it holds (any thread).
   int64_t buffer_bytes() const { return buffer_bytes_.load(); }
 
+  // Options::phase_times: Execute times its completion of the Works, into
+  // complete_ns() (read by the caller of Execute between calls).
+  void set_phase_times(bool on) { phase_times_ = on; }
+  int64_t complete_ns() const { return complete_ns_; }
+
   // `entries[i]` is this rank's entry for response.names(i). Completes every
   // entry's Work. Returns a non-OK status only when the collective itself
   // failed (the ranks are then out of step: the caller treats it as fatal);
@@ -61,6 +66,8 @@ class Executor {
   size_t pending() const;
 
  private:
+  bool phase_times_ = false;
+  int64_t complete_ns_ = 0;
   struct Pending;
   struct Outcome {
     absl::Status status;

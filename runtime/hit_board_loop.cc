@@ -189,10 +189,16 @@ bool RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
        PlanBuckets(board_singles_, board_->fusion_threshold_bytes(),
                    global.size())) {
     board_response_.Clear();
-    for (size_t i : bucket) board_response_.add_cache_ids(record.ids[i]);
+    board_bucket_.clear();
+    for (size_t i : bucket) {
+      board_response_.add_cache_ids(record.ids[i]);
+      board_bucket_.push_back(board_singles_[i]);
+    }
     // Touched in every rank's cache here, rank 0's (the coordinator's)
-    // included (Note [Hits on the board]).
-    ExecuteResponse(global, board_response_, /*apply_cache=*/true);
+    // included (Note [Hits on the board]); the responses looked up above
+    // stay (touching an id keeps its entry).
+    ExecuteResponse(global, board_response_, /*apply_cache=*/true,
+                    board_bucket_.data());
     if (!fatal_status().ok()) return true;
   }
   return true;

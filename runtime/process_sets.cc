@@ -133,6 +133,7 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
       options_.join_average_over_set_size,
       options_.rank == 0 ? &timeline_ : nullptr, nullptr,
       [this](const absl::Status& s) { return ExplainCollectiveFailure(s); });
+  set.executor->set_phase_times(options_.phase_times);
   return absl::OkStatus();
 }
 
@@ -161,6 +162,7 @@ absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
       options_.join_average_over_set_size,
       options_.rank == 0 ? &timeline_ : nullptr,
       [this](const absl::Status& status) { Fatal(status); });
+  executor->set_phase_times(options_.phase_times);
   // Fatal() reads them from other threads.
   MutexLock lock(&sets_mu_);
   set.cuda_backend = std::move(*backend);

@@ -130,8 +130,13 @@ std::vector<std::pair<std::string, int64_t>> ResponseCache::Contents() const {
   return out;
 }
 
-bool ExpandCachedResponse(const ResponseCache& cache,
-                          const wire::Response& compact, wire::Response* out) {
+namespace {
+
+// ExpandCachedResponse's work; cached_of(i) is the cached response of
+// compact's i-th id, or null.
+template <typename CachedOf>
+bool Expand(CachedOf&& cached_of, const wire::Response& compact,
+            wire::Response* out) {
   if (compact.cache_ids_size() == 0) {
     out->CopyFrom(compact);
     return true;
@@ -140,7 +145,7 @@ bool ExpandCachedResponse(const ResponseCache& cache,
   // repeated field keeps cleared elements): no allocation per name once
   // `out` has seen a batch this large.
   for (int i = 0; i < compact.cache_ids_size(); ++i) {
-    const wire::Response* cached = cache.CachedResponse(compact.cache_ids(i));
+    const wire::Response* cached = cached_of(i);
     if (!cached) return false;
     if (i == 0) {
       out->CopyFrom(*cached);
@@ -152,6 +157,20 @@ bool ExpandCachedResponse(const ResponseCache& cache,
   }
   *out->mutable_cache_ids() = compact.cache_ids();
   return true;
+}
+
+}  // namespace
+
+bool ExpandCachedResponse(const ResponseCache& cache,
+                          const wire::Response& compact, wire::Response* out) {
+  return Expand(
+      [&](int i) { return cache.CachedResponse(compact.cache_ids(i)); },
+      compact, out);
+}
+
+void ExpandCachedResponse(const wire::Response* const* cached,
+                          const wire::Response& compact, wire::Response* out) {
+  Expand([&](int i) { return cached[i]; }, compact, out);
 }
 
 void AddCacheHits(std::vector<int64_t>* ids, wire::RequestList* list,

@@ -78,6 +78,10 @@ void ForEachCacheHit(const wire::RequestList& list, Fn&& fn);
 // (the caches diverged).
 bool ExpandCachedResponse(const ResponseCache& cache,
                           const wire::Response& compact, wire::Response* out);
+// The same from compact's cached responses, which the caller looked up:
+// cached[i] is the cache's response for compact.cache_ids(i), none null.
+void ExpandCachedResponse(const wire::Response* const* cached,
+                          const wire::Response& compact, wire::Response* out);
 
 class ResponseCache {
  public:

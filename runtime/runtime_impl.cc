@@ -479,6 +479,11 @@ RuntimeStats RuntimeImpl::stats() const {
   s.host_messages_sent = counters_.host_messages_sent;
   s.host_hits_sent = counters_.host_hits_sent;
   s.coordinator_host_messages_received = counters_.host_messages_received;
+  s.send_ns = counters_.send_ns;
+  s.prepare_ns = counters_.prepare_ns;
+  s.collective_ns = counters_.collective_ns;
+  s.complete_ns = counters_.complete_ns;
+  s.recycle_ns = counters_.recycle_ns;
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
     if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();

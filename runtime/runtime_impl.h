@@ -156,8 +156,11 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void ReportShutdownWaiting(const Coordinator& global);
   void ExecuteList(ProcessSetState& set, const wire::ResponseList& list,
                    bool sent_here);
+  // `cached`: compact's cached responses in the order of its ids, where
+  // the caller has looked them up (the board's records), else null.
   void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
-                       bool apply_cache);
+                       bool apply_cache,
+                       const wire::Response* const* cached = nullptr);
   // Note [Hits on the board] (control/hit_board.h), background thread.
   // Takes the board's lock; false (after Fatal) if the job ended first.
   bool LockBoard();
@@ -277,7 +280,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::vector<uint64_t> board_received_;
   std::vector<int64_t> board_complete_, board_refused_;
   std::vector<HitBoard::Pulled> board_pulled_;
-  std::vector<const wire::Response*> board_singles_;
+  std::vector<const wire::Response*> board_singles_, board_bucket_;
   wire::Response board_response_;
 
   // Note [Host relay]: the lists this rank holds as its host's leader
@@ -297,6 +300,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
         board_records_executed{0}, host_messages_sent{0}, host_hits_sent{0},
         host_messages_received{0}, caller_turns{0},
         caller_turns_completed{0};
+    // Options::phase_times (RuntimeStats::send_ns ...).
+    std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
+        complete_ns{0}, recycle_ns{0};
   } counters_;
   // Note [Caller turns] (hit_board_loop.cc): the loop's turn, and
   // whether the loop runs (callers take turns only while it does).

@@ -65,6 +65,18 @@ class Rank {
       wire::Response response;
       ASSERT_TRUE(ExpandCachedResponse(cache_, compact, &response))
           << "rank " << rank_ << ": cache out of step at list " << list.seq();
+      if (compact.cache_ids_size() > 0) {
+        // The board's way (RuntimeImpl::ExecuteBoardIds): the same
+        // response from responses looked up beforehand, into storage that
+        // held another one.
+        std::vector<const wire::Response*> cached;
+        for (int64_t id : compact.cache_ids()) {
+          cached.push_back(cache_.CachedResponse(id));
+        }
+        ExpandCachedResponse(cached.data(), compact, &reused_);
+        EXPECT_EQ(reused_.SerializeAsString(), response.SerializeAsString())
+            << "rank " << rank_ << " at list " << list.seq();
+      }
       if (list.cache_frozen()) continue;
       ApplyResponse(
           cache_, compact,
@@ -85,6 +97,7 @@ class Rank {
   ResponseCache cache_;
   std::map<std::string, wire::Request> submitted_;
   int64_t executed_seq_ = 0;
+  wire::Response reused_;  // kept from one response to the next
 };
 
 class CacheProtocolTest : public ::testing::TestWithParam<bool> {

@@ -63,6 +63,7 @@ TEST(Config, ParsesEveryVariable) {
                          {"KOLO_TIMELINE", "/tmp/t.json"},
                          {"KOLO_LOG_LEVEL", "debug"},
                          {"KOLO_SHM", "off"},
+                         {"KOLO_PHASE_TIMES", "1"},
                          {"KOLO_HIERARCHICAL_ALLREDUCE", "1"},
                          {"KOLO_IFACE", "lo"}});
   ASSERT_TRUE(o.ok()) << o.status();
@@ -85,6 +86,7 @@ TEST(Config, ParsesEveryVariable) {
   EXPECT_EQ(o->timeline_path, "/tmp/t.json");
   EXPECT_EQ(o->log_level, LogLevel::kDebug);
   EXPECT_FALSE(o->shm);
+  EXPECT_TRUE(o->phase_times);
   EXPECT_TRUE(o->hierarchical_allreduce);
   EXPECT_EQ(o->bind_addr, "127.0.0.1");
 }
@@ -103,6 +105,7 @@ TEST(Config, BadValuesNameTheVariableAndTheValue) {
       {"KOLO_CYCLE_TIME", "fast"},
       {"KOLO_CACHE_CAPACITY", "-1"},
       {"KOLO_SHM", "maybe"},
+      {"KOLO_PHASE_TIMES", "sometimes"},
       {"KOLO_LOG_LEVEL", "loud"},
       {"KOLO_RENDEZVOUS_PORT", "70000"},
       {"KOLO_START_TIMEOUT", "nan"},

@@ -144,6 +144,23 @@ class Bench {
     }
   }
 
+  // With KOLO_PHASE_TIMES=1: the loop's phases per step of a row, mean
+  // (RuntimeStats::send_ns ...).
+  void PrintPhases(const char* row, const RuntimeStats& before,
+                   const RuntimeStats& after, double steps) const {
+    const auto us = [&](int64_t a, int64_t b) { return (a - b) / steps / 1e3; };
+    const double send = us(after.send_ns, before.send_ns);
+    const double prepare = us(after.prepare_ns, before.prepare_ns);
+    const double collective = us(after.collective_ns, before.collective_ns);
+    const double complete = us(after.complete_ns, before.complete_ns);
+    const double recycle = us(after.recycle_ns, before.recycle_ns);
+    if (send + prepare + collective + complete + recycle <= 0) return;
+    std::cerr << absl::StrFormat(
+        "# fusion rank %d phases per step, %s (mean us): send %.1f, prepare "
+        "%.1f, collective %.1f, complete %.1f, recycle %.1f\n",
+        rank_, row, send, prepare, collective, complete, recycle);
+  }
+
   void Fusion() {
     const int n = flags_.fusion_tensors;
     const int64_t total = flags_.fusion_bytes * n;
@@ -169,6 +186,7 @@ class Bench {
         (after.response_lists_received - before.response_lists_received) /
             steps,
         (after.collectives_executed - before.collectives_executed) / steps);
+    PrintPhases("async row", before, after, steps);
     const double async_submit_us = Percentile(TimedSteps(iters), 0.5);
     kolo_.submit_us().clear();
     Keep(Record("kolo", "fusion_batch", total,
@@ -179,10 +197,12 @@ class Bench {
         "# fusion rank %d submission per step, p50: %.1f us one call per "
         "tensor, %.1f us one batch call\n",
         rank_, async_submit_us, Percentile(TimedSteps(iters), 0.5));
+    const RuntimeStats before_fused = rt_->stats();
     Keep(Record("kolo", "fusion_fused", total,
                 TimeEach(flags_.warmup, iters, [&](int) {
                   kolo_.Run(Collective::kAllreduce, fused);
                 })));
+    PrintPhases("one-allreduce row", before_fused, rt_->stats(), steps);
     Keep(Record("kolo", "fusion_per_tensor", total,
                 TimeEach(flags_.warmup, std::max(1, iters / 4), [&](int) {
                   for (int i = 0; i < n; ++i) {

@@ -221,6 +221,12 @@ PYBIND11_MODULE(_C, m) {
     d["board_hits"] = s.board_hits;
     d["caller_turns"] = s.caller_turns;
     d["caller_turns_completed"] = s.caller_turns_completed;
+    // KOLO_PHASE_TIMES=1: nanoseconds in each phase of the loop (else 0).
+    d["send_ns"] = s.send_ns;
+    d["prepare_ns"] = s.prepare_ns;
+    d["collective_ns"] = s.collective_ns;
+    d["complete_ns"] = s.complete_ns;
+    d["recycle_ns"] = s.recycle_ns;
     return d;
   });
 

@@ -132,6 +132,22 @@ struct RuntimeStats {
   // packing) this rank holds: allocated once, grown to the largest
   // collective that needed one, reused.
   int64_t host_buffer_bytes = 0;
+  // With Options::phase_times (KOLO_PHASE_TIMES=1), nanoseconds this rank
+  // spent in each phase of the loop's turns (its background thread's and
+  // its callers', which never overlap), summed over the job; 0 without it:
+  //   send: taking the new requests, then sending them or setting their
+  //     bits on the hit board;
+  //   prepare: rebuilding each response from the cache and taking its
+  //     tensors' entries;
+  //   collective: the collective itself (a device backend's: issuing it);
+  //   complete: completing the Works (a device backend's: handing them to
+  //     its completion thread);
+  //   recycle: returning the entries for later submissions.
+  int64_t send_ns = 0;
+  int64_t prepare_ns = 0;
+  int64_t collective_ns = 0;
+  int64_t complete_ns = 0;
+  int64_t recycle_ns = 0;
 };
 
 class RuntimeImpl;

@@ -1,5 +1,7 @@
 """Every collective, dtype, op, scale factor, async and in-place form."""
 
+import os
+
 import pytest
 import torch
 
@@ -113,6 +115,30 @@ def test_blocking_allreduces_run_on_the_callers_thread(rank, size):
     # collective depends on the other ranks' timing: the C++
     # caller_turn_test checks that with a long spin).
     assert after["caller_turns"] > before["caller_turns"]
+
+
+def test_phase_times_only_when_asked(rank, size):
+    """KOLO_PHASE_TIMES=1 times the loop's phases into the stats; without
+    it (the sessions' default) nothing is timed."""
+    from kolo import _C
+    tensors = [torch.full((64,), float(rank + i)) for i in range(20)]
+    executed = _C.stats()["collectives_executed"]
+    for step in range(3):
+        handles = [hvd.allreduce_async_(t, op=hvd.Sum, name=f"phases.{i}")
+                   for i, t in enumerate(tensors)]
+        for h in handles:
+            hvd.synchronize(h)
+    phases = ("send_ns", "prepare_ns", "collective_ns", "complete_ns",
+              "recycle_ns")
+    stats = _C.stats()
+    assert stats["collectives_executed"] > executed
+    asked = os.environ.get("KOLO_PHASE_TIMES", "").lower() in (
+        "1", "true", "on", "yes")
+    for phase in phases:
+        if asked:
+            assert stats[phase] > 0, phase
+        else:
+            assert stats[phase] == 0, phase
 
 
 def test_non_contiguous_and_empty_and_scalar(rank, size):

@@ -1,0 +1,103 @@
+// Options::phase_times (KOLO_PHASE_TIMES): RuntimeStats' phase sums, in
+// real Runtimes (threads of one process, one host). The phases of a rank
+// run under its loop's turn, one at a time, so their sum never exceeds the
+// time the rank spent in the steps; without the option nothing is timed.
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kolo/work.h"
+#include "tests/testing/local_job.h"
+
+namespace kolo {
+namespace {
+
+using testing::OnEachRank;
+
+constexpr int kTensors = 40;
+constexpr int64_t kLen = 256;
+
+// `steps` steps of kTensors async allreduces, then a wait for all, on rank
+// r (results checked).
+void Steps(Runtime& rt, int n, int r, int steps) {
+  std::vector<std::vector<float>> tensors(kTensors, std::vector<float>(kLen));
+  for (int step = 0; step < steps; ++step) {
+    std::vector<Work> works;
+    for (int t = 0; t < kTensors; ++t) {
+      for (int64_t e = 0; e < kLen; ++e) tensors[t][e] = r + t + step + e;
+      AllreduceRequest req;
+      req.name = absl::StrCat("phase/", t);
+      req.input = req.output =
+          TensorView(tensors[t].data(), DataType::kFloat32, {kLen});
+      auto work = rt.Allreduce(req);
+      EXPECT_TRUE(work.ok()) << work.status();
+      if (!work.ok()) return;
+      works.push_back(std::move(*work));
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      const absl::Status s = works[t].Wait(absl::Seconds(30));
+      EXPECT_TRUE(s.ok()) << "rank " << r << " step " << step << ": " << s;
+      for (int64_t e = 0; e < kLen; ++e) {
+        float want = 0;
+        for (int q = 0; q < n; ++q) want += q + t + step + e;
+        if (tensors[t][e] != want) {
+          ADD_FAILURE() << "rank " << r << " step " << step << " tensor " << t;
+          return;
+        }
+      }
+    }
+  }
+}
+
+TEST(PhaseTimes, EveryPhaseIsTimedAndTheyDoNotOverlap) {
+  constexpr int n = 2;
+  auto rts = testing::StartJob(n, [](Options& o) { o.phase_times = true; });
+  std::vector<RuntimeStats> stats(n);
+  std::vector<int64_t> window(n);
+  OnEachRank(n, [&](int r) {
+    // A rank times nothing before its first submission (a fresh job), and
+    // whatever it has timed when its stats are read lies before `end`.
+    const auto start = std::chrono::steady_clock::now();
+    Steps(*rts[r], n, r, 50);
+    stats[r] = rts[r]->stats();
+    window[r] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  });
+  for (int r = 0; r < n; ++r) {
+    const RuntimeStats& s = stats[r];
+    EXPECT_GT(s.send_ns, 0) << "rank " << r;
+    EXPECT_GT(s.prepare_ns, 0) << "rank " << r;
+    EXPECT_GT(s.collective_ns, 0) << "rank " << r;
+    EXPECT_GT(s.complete_ns, 0) << "rank " << r;
+    EXPECT_GT(s.recycle_ns, 0) << "rank " << r;
+    // One turn at a time: the phases never overlap.
+    EXPECT_LE(s.send_ns + s.prepare_ns + s.collective_ns + s.complete_ns +
+                  s.recycle_ns,
+              window[r])
+        << "rank " << r;
+  }
+  testing::ShutdownJob(rts);
+}
+
+TEST(PhaseTimes, OffByDefaultNothingIsTimed) {
+  constexpr int n = 2;
+  auto rts = testing::StartJob(n);
+  OnEachRank(n, [&](int r) { Steps(*rts[r], n, r, 10); });
+  for (int r = 0; r < n; ++r) {
+    const RuntimeStats s = rts[r]->stats();
+    EXPECT_GT(s.collectives_executed, 0) << "rank " << r;
+    EXPECT_EQ(s.send_ns, 0) << "rank " << r;
+    EXPECT_EQ(s.prepare_ns, 0) << "rank " << r;
+    EXPECT_EQ(s.collective_ns, 0) << "rank " << r;
+    EXPECT_EQ(s.complete_ns, 0) << "rank " << r;
+    EXPECT_EQ(s.recycle_ns, 0) << "rank " << r;
+  }
+  testing::ShutdownJob(rts);
+}
+
+}  // namespace
+}  // namespace kolo
