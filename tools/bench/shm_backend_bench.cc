@@ -5,8 +5,11 @@
 //
 //   bazel-bin/tools/bench/shm_backend_bench [--ranks 2] [--sizes 64K,1M,16M]
 //       [--chunks 256K,1M] [--spin-us 50] [--iters N] [--small BYTES]
+//       [--pieces N]
 // (--small: ShmOptions::small_allreduce_bytes, the size up to which every
-// rank reduces the whole tensor in one stage.)
+// rank reduces the whole tensor in one stage. --pieces: also the same
+// bytes as N tensors of their own, fused without a buffer, as the
+// executor fuses a step's gradients: AllreducePieces.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -48,7 +51,7 @@ double MemcpyGBs(size_t bytes) {
 }
 
 int Main(int argc, char** argv) {
-  int ranks = 2, iters = 0;
+  int ranks = 2, iters = 0, pieces = 0;
   double spin_us = 50;
   int64_t small = -1;  // ShmOptions' default
   std::vector<int64_t> sizes = {64 << 10, 1 << 20, 16 << 20, 64 << 20};
@@ -67,6 +70,8 @@ int Main(int argc, char** argv) {
       iters = std::atoi(value.c_str());
     else if (arg == "--small")
       small = ParseList(value).at(0);
+    else if (arg == "--pieces")
+      pieces = std::atoi(value.c_str());
     else
       Die("unknown flag " + arg);
   }
@@ -80,8 +85,11 @@ int Main(int argc, char** argv) {
                   ? "vector loop (memcpy measured > 2x slower here: Note "
                     "[Copies without REP MOVSB])"
                   : "memcpy (fast here)");
-  std::printf("# %10s %10s %12s %10s %10s\n", "size(B)", "chunk(B)", "time(us)",
+  if (pieces < 0) Die("--pieces must be >= 0");
+  std::printf("# %10s %10s %12s %10s %10s", "size(B)", "chunk(B)", "time(us)",
               "busbw", "sleeps");
+  if (pieces > 0) std::printf(" %14s", "pieces(us)");
+  std::printf("\n");
   for (int64_t chunk : chunks) {
     shm::ShmOptions options;
     options.chunk_bytes = chunk;
@@ -108,34 +116,60 @@ int Main(int argc, char** argv) {
     for (int64_t bytes : sizes) {
       const size_t count = bytes / 4;
       const int n = iters ? iters : IterationsFor(bytes) / 2 + 3;
-      std::vector<double> us(n);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < ranks; ++r) {
-        threads.emplace_back([&, r] {
-          std::vector<float> data(count, 1.0f);
-          for (int i = -2; i < n; ++i) {
-            const auto t0 = std::chrono::steady_clock::now();
-            if (!group[r]
-                     ->Allreduce(data.data(), count, DataType::kFloat32,
-                                 ReduceOp::kSum)
-                     .ok()) {
-              Die("allreduce failed");
+      // p50 of rank 0's time per allreduce; `split` > 0: over that many
+      // tensors of their own (the last one takes the remainder).
+      const auto measure = [&](int split) {
+        std::vector<double> us(n);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < ranks; ++r) {
+          threads.emplace_back([&, r] {
+            std::vector<float> data(count, 1.0f);
+            std::vector<std::vector<float>> parts;
+            std::vector<FusedPiece> fused;
+            for (int k = 0; k < split; ++k) {
+              const size_t each = count / split;
+              parts.emplace_back(k + 1 < split ? each
+                                               : count - each * (split - 1),
+                                 1.0f);
             }
-            if (r == 0 && i >= 0) {
-              us[i] = std::chrono::duration<double, std::micro>(
-                          std::chrono::steady_clock::now() - t0)
-                          .count();
+            for (auto& part : parts) {
+              fused.push_back({part.data(), part.data(), part.size()});
             }
-          }
-        });
-      }
-      for (auto& t : threads) t.join();
-      const double p50 = Percentile(us, 0.5);
-      std::printf("  %10lld %10lld %12.1f %10.3f %10llu\n",
+            for (int i = -2; i < n; ++i) {
+              const auto t0 = std::chrono::steady_clock::now();
+              const absl::Status s =
+                  split > 0 ? group[r]->AllreducePieces(
+                                  fused, count, DataType::kFloat32,
+                                  ReduceOp::kSum)
+                            : group[r]->Allreduce(data.data(), count,
+                                                  DataType::kFloat32,
+                                                  ReduceOp::kSum);
+              if (!s.ok()) Die("allreduce failed: " + std::string(s.message()));
+              if (r == 0 && i >= 0) {
+                us[i] = std::chrono::duration<double, std::micro>(
+                            std::chrono::steady_clock::now() - t0)
+                            .count();
+              }
+            }
+          });
+        }
+        for (auto& t : threads) t.join();
+        return Percentile(us, 0.5);
+      };
+      const double p50 = measure(0);
+      std::printf("  %10lld %10lld %12.1f %10.3f %10llu",
                   static_cast<long long>(bytes),
                   static_cast<long long>(group[0]->chunk_bytes()), p50,
                   bytes / p50 / 1e3 * BusFactor(Collective::kAllreduce, ranks),
                   static_cast<unsigned long long>(group[0]->futex_sleeps()));
+      if (pieces > 0) {
+        if (!group[0]->SupportsAllreducePieces(count, DataType::kFloat32)) {
+          std::printf(" %14s", "(small)");
+        } else {
+          std::printf(" %14.1f", measure(pieces));
+        }
+      }
+      std::printf("\n");
       std::fflush(stdout);
     }
   }
