@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/format.h"
 #include "runtime/fusion.h"
+#include "runtime/phase_clock.h"
 #include "runtime/runtime_impl.h"
 #include "runtime/sync/mutex.h"
 
@@ -168,6 +169,7 @@ bool RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
                                   bool caller) {
   // Every rank plans the same fusion: the same ids, the same cache (Note
   // [Hits on the board]), the coordinator's threshold.
+  PhaseClock clock(options_.phase_times);
   board_singles_.clear();
   for (uint32_t i = 0; i < record.count; ++i) {
     const wire::Response* cached = global.cache->CachedResponse(record.ids[i]);
@@ -185,9 +187,10 @@ bool RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
     board_singles_.push_back(cached);
   }
   ++counters_.board_records_executed;
-  for (const std::vector<size_t>& bucket :
-       PlanBuckets(board_singles_, board_->fusion_threshold_bytes(),
-                   global.size())) {
+  const std::vector<std::vector<size_t>> buckets = PlanBuckets(
+      board_singles_, board_->fusion_threshold_bytes(), global.size());
+  if (clock.on()) counters_.prepare_ns += clock.Lap();
+  for (const std::vector<size_t>& bucket : buckets) {
     board_response_.Clear();
     board_bucket_.clear();
     for (size_t i : bucket) {

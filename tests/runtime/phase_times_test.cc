@@ -83,6 +83,52 @@ TEST(PhaseTimes, EveryPhaseIsTimedAndTheyDoNotOverlap) {
   testing::ShutdownJob(rts);
 }
 
+// Blocking allreduces: on one host a cached one runs in the caller's turn
+// (Note [Caller turns]), timed like the thread's passes, and still one
+// turn at a time.
+TEST(PhaseTimes, CallersTurnsAreTimedWithoutOverlap) {
+  constexpr int n = 2;
+  auto rts = testing::StartJob(n, [](Options& o) {
+    o.phase_times = true;
+    // A long spin, so that a caller waits in its turn for a peer thread
+    // that the test machine's scheduler delays.
+    o.spin_time = absl::Milliseconds(2);
+  });
+  std::vector<RuntimeStats> stats(n);
+  std::vector<int64_t> window(n);
+  OnEachRank(n, [&](int r) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<float> v(kLen);
+    for (int i = 0; i < 300; ++i) {
+      for (int64_t e = 0; e < kLen; ++e) v[e] = r + i + e;
+      AllreduceRequest req;
+      req.name = "phase/blocking";
+      req.input = req.output = TensorView(v.data(), DataType::kFloat32, {kLen});
+      const absl::Status s = rts[r]->AllreduceAndWait(req, absl::Seconds(30));
+      ASSERT_TRUE(s.ok()) << "rank " << r << " call " << i << ": " << s;
+      for (int64_t e = 0; e < kLen; ++e) {
+        ASSERT_EQ(v[e], static_cast<float>(2 * (i + e) + 1))
+            << "rank " << r << " call " << i;
+      }
+    }
+    stats[r] = rts[r]->stats();
+    window[r] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  });
+  for (int r = 0; r < n; ++r) {
+    const RuntimeStats& s = stats[r];
+    EXPECT_GT(s.caller_turns_completed, 0) << "rank " << r;
+    EXPECT_GT(s.send_ns, 0) << "rank " << r;
+    EXPECT_GT(s.collective_ns, 0) << "rank " << r;
+    EXPECT_LE(s.send_ns + s.prepare_ns + s.collective_ns + s.complete_ns +
+                  s.recycle_ns,
+              window[r])
+        << "rank " << r;
+  }
+  testing::ShutdownJob(rts);
+}
+
 TEST(PhaseTimes, OffByDefaultNothingIsTimed) {
   constexpr int n = 2;
   auto rts = testing::StartJob(n);

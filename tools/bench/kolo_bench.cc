@@ -145,7 +145,9 @@ class Bench {
   }
 
   // With KOLO_PHASE_TIMES=1: the loop's phases per step of a row, mean
-  // (RuntimeStats::send_ns ...).
+  // (RuntimeStats::send_ns ...). The last step's completing and recycling
+  // may still be under way when the row's stats are read (and count in
+  // the next row's): a bias of part of one step in warmup + iters.
   void PrintPhases(const char* row, const RuntimeStats& before,
                    const RuntimeStats& after, double steps) const {
     const auto us = [&](int64_t a, int64_t b) { return (a - b) / steps / 1e3; };

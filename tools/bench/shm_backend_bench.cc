@@ -86,6 +86,13 @@ int Main(int argc, char** argv) {
                     "[Copies without REP MOVSB])"
                   : "memcpy (fast here)");
   if (pieces < 0) Die("--pieces must be >= 0");
+  for (int64_t bytes : sizes) {
+    if (pieces > bytes / 4) {
+      Die("--pieces " + std::to_string(pieces) + " is more than the " +
+          std::to_string(bytes / 4) + " floats of size " +
+          std::to_string(bytes));
+    }
+  }
   std::printf("# %10s %10s %12s %10s %10s", "size(B)", "chunk(B)", "time(us)",
               "busbw", "sleeps");
   if (pieces > 0) std::printf(" %14s", "pieces(us)");

@@ -100,7 +100,8 @@ struct Options {
   std::string timeline_path;             // KOLO_TIMELINE ("" = off)
   bool timeline_mark_cycles = false;     // KOLO_TIMELINE_MARK_CYCLES
   // Time each phase of the loop's turns into RuntimeStats (the *_ns
-  // fields): two clock reads per phase of a pass, none per tensor.
+  // fields): a few clock reads per take of requests and per collective,
+  // none per tensor.
   bool phase_times = false;              // KOLO_PHASE_TIMES
   LogLevel log_level = LogLevel::kWarning;  // KOLO_LOG_LEVEL
 

@@ -137,12 +137,16 @@ struct RuntimeStats {
   // its callers', which never overlap), summed over the job; 0 without it:
   //   send: taking the new requests, then sending them or setting their
   //     bits on the hit board;
-  //   prepare: rebuilding each response from the cache and taking its
-  //     tensors' entries;
-  //   collective: the collective itself (a device backend's: issuing it);
-  //   complete: completing the Works (a device backend's: handing them to
-  //     its completion thread);
+  //   prepare: planning a board record's fusion, rebuilding each response
+  //     from the cache and taking its tensors' entries (and, the first
+  //     time, connecting a process set's CUDA path);
+  //   collective: the collective itself (a device backend's: issuing it;
+  //     a barrier's, a join's or an error's Works, which complete without
+  //     data, are completed here);
+  //   complete: completing a data collective's Works (a device backend's:
+  //     handing them to its completion thread);
   //   recycle: returning the entries for later submissions.
+  // Responses that change process sets are not timed.
   int64_t send_ns = 0;
   int64_t prepare_ns = 0;
   int64_t collective_ns = 0;

@@ -119,7 +119,9 @@ def test_blocking_allreduces_run_on_the_callers_thread(rank, size):
 
 def test_phase_times_only_when_asked(rank, size):
     """KOLO_PHASE_TIMES=1 times the loop's phases into the stats; without
-    it (the sessions' default) nothing is timed."""
+    it (the sessions' default) nothing is timed. The sessions of
+    tools/test.sh run without it; the other branch runs by hand:
+    KOLO_PHASE_TIMES=1 tests/frontends/python/run_ranks.sh 2 OUT."""
     from kolo import _C
     tensors = [torch.full((64,), float(rank + i)) for i in range(20)]
     executed = _C.stats()["collectives_executed"]
