@@ -4,6 +4,7 @@
 // time the rank spent in the steps; without the option nothing is timed.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,81 +53,88 @@ void Steps(Runtime& rt, int n, int r, int steps) {
   }
 }
 
-TEST(PhaseTimes, EveryPhaseIsTimedAndTheyDoNotOverlap) {
+// `calls` blocking allreduces of one cached name on rank r (results
+// checked).
+void BlockingCalls(Runtime& rt, int r, int calls) {
+  std::vector<float> v(kLen);
+  for (int i = 0; i < calls; ++i) {
+    for (int64_t e = 0; e < kLen; ++e) v[e] = r + i + e;
+    AllreduceRequest req;
+    req.name = "phase/blocking";
+    req.input = req.output = TensorView(v.data(), DataType::kFloat32, {kLen});
+    const absl::Status s = rt.AllreduceAndWait(req, absl::Seconds(30));
+    ASSERT_TRUE(s.ok()) << "rank " << r << " call " << i << ": " << s;
+    for (int64_t e = 0; e < kLen; ++e) {
+      ASSERT_EQ(v[e], static_cast<float>(2 * (i + e) + 1))
+          << "rank " << r << " call " << i;
+    }
+  }
+}
+
+// Runs body(r) on each rank of a fresh 2-rank job with phase_times on
+// (tweaked further by `tweak`), then reads each rank's stats; checks that
+// the phases each rank timed fit in its window (they run one turn at a
+// time, so they never overlap) and returns the stats.
+std::vector<RuntimeStats> TimedJob(
+    const std::function<void(Options&)>& tweak,
+    const std::function<void(Runtime&, int)>& body) {
   constexpr int n = 2;
-  auto rts = testing::StartJob(n, [](Options& o) { o.phase_times = true; });
+  auto rts = testing::StartJob(n, [&](Options& o) {
+    o.phase_times = true;
+    if (tweak) tweak(o);
+  });
   std::vector<RuntimeStats> stats(n);
   std::vector<int64_t> window(n);
   OnEachRank(n, [&](int r) {
     // A rank times nothing before its first submission (a fresh job), and
-    // whatever it has timed when its stats are read lies before `end`.
+    // whatever it has timed when its stats are read lies before the end.
     const auto start = std::chrono::steady_clock::now();
-    Steps(*rts[r], n, r, 50);
+    body(*rts[r], r);
     stats[r] = rts[r]->stats();
     window[r] = std::chrono::duration_cast<std::chrono::nanoseconds>(
                     std::chrono::steady_clock::now() - start)
                     .count();
   });
   for (int r = 0; r < n; ++r) {
+    const RuntimeStats& s = stats[r];
+    EXPECT_LE(s.send_ns + s.prepare_ns + s.collective_ns + s.complete_ns +
+                  s.recycle_ns,
+              window[r])
+        << "rank " << r;
+  }
+  testing::ShutdownJob(rts);
+  return stats;
+}
+
+TEST(PhaseTimes, EveryPhaseIsTimedAndTheyDoNotOverlap) {
+  const std::vector<RuntimeStats> stats = TimedJob(
+      nullptr, [](Runtime& rt, int r) { Steps(rt, 2, r, 50); });
+  for (size_t r = 0; r < stats.size(); ++r) {
     const RuntimeStats& s = stats[r];
     EXPECT_GT(s.send_ns, 0) << "rank " << r;
     EXPECT_GT(s.prepare_ns, 0) << "rank " << r;
     EXPECT_GT(s.collective_ns, 0) << "rank " << r;
     EXPECT_GT(s.complete_ns, 0) << "rank " << r;
     EXPECT_GT(s.recycle_ns, 0) << "rank " << r;
-    // One turn at a time: the phases never overlap.
-    EXPECT_LE(s.send_ns + s.prepare_ns + s.collective_ns + s.complete_ns +
-                  s.recycle_ns,
-              window[r])
-        << "rank " << r;
   }
-  testing::ShutdownJob(rts);
 }
 
 // Blocking allreduces: on one host a cached one runs in the caller's turn
 // (Note [Caller turns]), timed like the thread's passes, and still one
 // turn at a time.
 TEST(PhaseTimes, CallersTurnsAreTimedWithoutOverlap) {
-  constexpr int n = 2;
-  auto rts = testing::StartJob(n, [](Options& o) {
-    o.phase_times = true;
-    // A long spin, so that a caller waits in its turn for a peer thread
-    // that the test machine's scheduler delays.
-    o.spin_time = absl::Milliseconds(2);
-  });
-  std::vector<RuntimeStats> stats(n);
-  std::vector<int64_t> window(n);
-  OnEachRank(n, [&](int r) {
-    const auto start = std::chrono::steady_clock::now();
-    std::vector<float> v(kLen);
-    for (int i = 0; i < 300; ++i) {
-      for (int64_t e = 0; e < kLen; ++e) v[e] = r + i + e;
-      AllreduceRequest req;
-      req.name = "phase/blocking";
-      req.input = req.output = TensorView(v.data(), DataType::kFloat32, {kLen});
-      const absl::Status s = rts[r]->AllreduceAndWait(req, absl::Seconds(30));
-      ASSERT_TRUE(s.ok()) << "rank " << r << " call " << i << ": " << s;
-      for (int64_t e = 0; e < kLen; ++e) {
-        ASSERT_EQ(v[e], static_cast<float>(2 * (i + e) + 1))
-            << "rank " << r << " call " << i;
-      }
-    }
-    stats[r] = rts[r]->stats();
-    window[r] = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now() - start)
-                    .count();
-  });
-  for (int r = 0; r < n; ++r) {
-    const RuntimeStats& s = stats[r];
-    EXPECT_GT(s.caller_turns_completed, 0) << "rank " << r;
-    EXPECT_GT(s.send_ns, 0) << "rank " << r;
-    EXPECT_GT(s.collective_ns, 0) << "rank " << r;
-    EXPECT_LE(s.send_ns + s.prepare_ns + s.collective_ns + s.complete_ns +
-                  s.recycle_ns,
-              window[r])
-        << "rank " << r;
+  const std::vector<RuntimeStats> stats = TimedJob(
+      [](Options& o) {
+        // A long spin, so that a caller waits in its turn for a peer
+        // thread that the test machine's scheduler delays.
+        o.spin_time = absl::Milliseconds(2);
+      },
+      [](Runtime& rt, int r) { BlockingCalls(rt, r, 300); });
+  for (size_t r = 0; r < stats.size(); ++r) {
+    EXPECT_GT(stats[r].caller_turns_completed, 0) << "rank " << r;
+    EXPECT_GT(stats[r].send_ns, 0) << "rank " << r;
+    EXPECT_GT(stats[r].collective_ns, 0) << "rank " << r;
   }
-  testing::ShutdownJob(rts);
 }
 
 TEST(PhaseTimes, OffByDefaultNothingIsTimed) {
