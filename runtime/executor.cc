@@ -118,11 +118,7 @@ size_t Executor::pending() const {
 
 void Executor::Finish(std::vector<std::unique_ptr<TensorEntry>>& entries,
                       std::vector<Outcome> outcomes, std::vector<void*> temps) {
-  struct Timed {
-    PhaseClock clock;
-    int64_t* sum;
-    ~Timed() { *sum += clock.Lap(); }
-  } timed{PhaseClock(phase_times_), &complete_ns_};
+  ScopedPhase phase(phase_times_, &complete_ns_);
   if (backend_->host_memory() && temps.empty()) {
     // Synchronous backend: the common case, without any allocation.
     for (size_t i = 0; i < entries.size(); ++i) {

@@ -50,7 +50,9 @@ class Executor {
   // Options::phase_times: Execute times its completion of the Works, into
   // complete_ns() (read by the caller of Execute between calls).
   void set_phase_times(bool on) { phase_times_ = on; }
-  int64_t complete_ns() const { return complete_ns_; }
+  int64_t complete_ns() const {
+    return complete_ns_.load(std::memory_order_relaxed);
+  }
 
   // `entries[i]` is this rank's entry for response.names(i). Completes every
   // entry's Work. Returns a non-OK status only when the collective itself
@@ -67,7 +69,7 @@ class Executor {
 
  private:
   bool phase_times_ = false;
-  int64_t complete_ns_ = 0;
+  std::atomic<int64_t> complete_ns_{0};
   struct Pending;
   struct Outcome {
     absl::Status status;

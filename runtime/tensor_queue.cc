@@ -155,14 +155,15 @@ absl::Status TensorQueue::AddAll(
 // submission), so that a steady-state submission allocates no state
 // either; otherwise (a caller that replaces its list of handles only after
 // submitting the next step's) the entry gets a new state and the old one
-// lives on in the caller's Works. "No Work shares it" is read from the shared_ptr's count
-// after taking a reference of our own, and the old readers' reads of the
-// status must happen before Renew's writes: each dropped its Work with a
-// release on the count; the acquire fence after the read of the count
-// pairs with it (use_count() is a relaxed read). libstdc++'s increment of
-// the probe is itself acquire-release, which is what TSan sees (it does
-// not model fences). Only the entry can reach the state afterwards: the
-// runtime hands out Works from entries, and nothing keeps a weak_ptr.
+// lives on in the caller's Works. "No Work shares it" is read from the
+// shared_ptr's count after taking a reference of our own, and the old
+// readers' reads of the status must happen before Renew's writes: each
+// dropped its Work with a release on the count; the acquire fence after
+// the read of the count pairs with it (use_count() is a relaxed read).
+// libstdc++'s increment of the probe is itself acquire-release, which is
+// what TSan sees (it does not model fences). Only the entry can reach the
+// state afterwards: the runtime hands out Works from entries, and nothing
+// keeps a weak_ptr.
 void TensorQueue::ReuseWork(TensorEntry* e) {
   if (!e->work) return;
   const std::shared_ptr<internal::WorkState> probe = e->work;
