@@ -11,6 +11,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/sync/mutex.h"
 
@@ -25,19 +26,25 @@ Error::Error(absl::StatusCode code, const std::string& message)
 
 namespace detail {
 
+// The tensors of one collective: one but for a grouped allreduce, so kept
+// inline (a submission allocates no vector for them).
+using Tensors = absl::InlinedVector<at::Tensor, 1>;
+
 // One submitted collective. The runtime reads and writes `buffers` (and the
 // results that allocators create) until `work` completes; holding them here
-// keeps that memory alive however the caller treats its Handle.
+// keeps that memory alive however the caller treats its Handle. A buffer
+// that is a result too (an in-place collective on a contiguous tensor) is
+// held once, as the result.
 struct PendingOp {
   std::string name;
   kolo::Work work;
-  std::vector<at::Tensor> buffers;
+  Tensors buffers;
   // In-place collectives on non-contiguous tensors: once the collective
   // succeeded, each `second` (a contiguous buffer) is copied into `first`.
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_backs;
 
   Mutex mu;
-  std::vector<at::Tensor> results KOLO_GUARDED_BY(mu);  // (allocators write it)
+  Tensors results KOLO_GUARDED_BY(mu);  // (allocators write it)
   bool finished KOLO_GUARDED_BY(mu) = false;
   absl::Status status KOLO_GUARDED_BY(mu);
 };
@@ -47,6 +54,7 @@ struct PendingOp {
 namespace {
 
 using detail::PendingOp;
+using detail::Tensors;
 
 absl::Status Invalid(const char* op, const std::string& name,
                      const std::string& what) {
@@ -97,7 +105,11 @@ kolo::Device ToDevice(const at::Tensor& t, const char* op,
 }
 
 // Rejects what kolo cannot send. Returns `t` detached from autograd: the
-// runtime reads and writes raw memory, which autograd must not record.
+// runtime reads and writes raw memory, which autograd must not record, and
+// a contiguous copy or a copy back must not be recorded either. A tensor
+// that does not require grad is returned as it is: nothing it goes through
+// is recorded, and a detached alias would cost a TensorImpl per call (a
+// gradient, the common case, does not require grad).
 at::Tensor CheckedTensor(const at::Tensor& t, const char* op,
                          const std::string& name) {
   if (!t.defined()) throw Error(Invalid(op, name, "the tensor is undefined"));
@@ -111,7 +123,7 @@ at::Tensor CheckedTensor(const at::Tensor& t, const char* op,
   }
   ToDataType(t, op, name);
   ToDevice(t, op, name);
-  return t.detach();
+  return t.requires_grad() ? t.detach() : t;
 }
 
 // The runtime's collectives run on their own streams: work queued on the
@@ -157,7 +169,8 @@ at::Tensor InPlaceBuffer(const at::Tensor& caller, const at::Tensor& t,
                          PendingOp* op) {
   at::Tensor buffer = t.is_contiguous() ? t : t.contiguous();
   if (!t.is_contiguous()) op->copy_backs.emplace_back(t, buffer);
-  op->buffers.push_back(buffer);
+  // The caller's own tensor (not detached) is kept as the result.
+  if (!buffer.is_same(caller)) op->buffers.push_back(buffer);
   MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
   op->results.push_back(caller);
   return buffer;
@@ -183,7 +196,7 @@ kolo::OutputAllocator AllocatorFor(const std::shared_ptr<PendingOp>& op,
 
 // The op's collective ended with `status`: its copy-backs, its results (or
 // its error, thrown).
-const std::vector<at::Tensor>& Settle(PendingOp* op, const absl::Status& status) {
+const Tensors& Settle(PendingOp* op, const absl::Status& status) {
   MutexLock lock(&op->mu);
   if (!op->finished) {
     op->finished = true;
@@ -199,7 +212,7 @@ const std::vector<at::Tensor>& Settle(PendingOp* op, const absl::Status& status)
   return op->results;
 }
 
-const std::vector<at::Tensor>& Finish(PendingOp* op) {
+const Tensors& Finish(PendingOp* op) {
   return Settle(op, op->work.Wait());
 }
 
@@ -216,16 +229,25 @@ const std::string& Handle::name() const {
   return op_ ? op_->name : *empty;
 }
 
-std::vector<at::Tensor> Handle::wait_all() const {
-  if (!op_) {
+namespace {
+
+const Tensors& Results(const std::shared_ptr<PendingOp>& op) {
+  if (!op) {
     throw Error(absl::StatusCode::kFailedPrecondition,
                 "wait() on an empty kolo::torch::Handle");
   }
-  return Finish(op_.get());
+  return Finish(op.get());
+}
+
+}  // namespace
+
+std::vector<at::Tensor> Handle::wait_all() const {
+  const Tensors& results = Results(op_);
+  return std::vector<at::Tensor>(results.begin(), results.end());
 }
 
 at::Tensor Handle::wait() const {
-  std::vector<at::Tensor> results = wait_all();
+  const Tensors& results = Results(op_);
   return results.empty() ? at::Tensor() : results.front();
 }
 
@@ -318,20 +340,22 @@ std::shared_ptr<PendingOp> Context::AllreduceOp(
     kolo::AllreduceRequest* request) {
   const char* op_name = "allreduce";
   auto op = std::make_shared<PendingOp>();
-  op->name = NameFor(kAllreduce, options.name(), options.process_set());
-  at::Tensor t = CheckedTensor(tensor, op_name, op->name);
-  request->name = op->name;
+  // The name lives in the request until it is submitted, then in the op
+  // (Context::Allreduce moves it there): one copy of it, not two.
+  request->name = NameFor(kAllreduce, options.name(), options.process_set());
+  const std::string& name = request->name;
+  at::Tensor t = CheckedTensor(tensor, op_name, name);
   if (in_place) {
     request->input = request->output =
-        ViewOf(InPlaceBuffer(tensor, t, op.get()), op_name, op->name);
+        ViewOf(InPlaceBuffer(tensor, t, op.get()), op_name, name);
   } else {
     at::Tensor in = t.contiguous();
     at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
     op->buffers = {in};
     MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
     op->results = {out};
-    request->input = ViewOf(in, op_name, op->name);
-    request->output = ViewOf(out, op_name, op->name);
+    request->input = ViewOf(in, op_name, name);
+    request->output = ViewOf(out, op_name, name);
   }
   request->op = options.op();
   request->prescale = options.prescale();
@@ -344,7 +368,12 @@ Handle Context::Allreduce(const at::Tensor& tensor,
                           const AllreduceOptions& options, bool in_place) {
   kolo::AllreduceRequest request;
   std::shared_ptr<PendingOp> op = AllreduceOp(tensor, options, in_place, &request);
-  return Track(std::move(op), [&] { return runtime_->Allreduce(request); });
+  PendingOp* pending = op.get();
+  return Track(std::move(op), [&] {
+    absl::StatusOr<kolo::Work> work = runtime_->Allreduce(request);
+    pending->name = std::move(request.name);  // the runtime copied it
+    return work;
+  });
 }
 
 at::Tensor Context::allreduce_blocking(const at::Tensor& tensor,
@@ -357,7 +386,7 @@ at::Tensor Context::allreduce_blocking(const at::Tensor& tensor,
   const absl::Status status =
       runtime_->AllreduceAndWait(request, absl::InfiniteDuration(), submitted);
   if (!*submitted) throw Error(status);
-  const std::vector<at::Tensor>& results = Settle(op.get(), status);
+  const Tensors& results = Settle(op.get(), status);
   return results.empty() ? at::Tensor() : results.front();
 }
 

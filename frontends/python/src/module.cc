@@ -57,21 +57,25 @@ ReduceOp ToOp(int op) {
   return static_cast<ReduceOp>(op);
 }
 
-AllreduceOptions OptionsOf(const std::string& name, int op, double prescale,
+// The name is taken by value and moved: the string pybind11 made for the
+// call is the one the options keep (a setter chain returns a reference,
+// which `return` would copy).
+AllreduceOptions OptionsOf(std::string name, int op, double prescale,
                            double postscale, int process_set) {
-  return AllreduceOptions()
-      .name(name)
+  AllreduceOptions options;
+  options.name(std::move(name))
       .op(ToOp(op))
       .prescale(prescale)
       .postscale(postscale)
       .process_set(process_set);
+  return options;
 }
 
-Handle Allreduce(const at::Tensor& tensor, const std::string& name, int op,
+Handle Allreduce(const at::Tensor& tensor, std::string name, int op,
                  double prescale, double postscale, int process_set,
                  bool in_place) {
   const AllreduceOptions options =
-      OptionsOf(name, op, prescale, postscale, process_set);
+      OptionsOf(std::move(name), op, prescale, postscale, process_set);
   return Submitting([&] {
     return in_place ? Default()->allreduce_async_(tensor, options)
                     : Default()->allreduce_async(tensor, options);
@@ -81,11 +85,11 @@ Handle Allreduce(const at::Tensor& tensor, const std::string& name, int op,
 // allreduce / allreduce_: a blocking call (Runtime::AllreduceAndWait), the
 // GIL released while it runs; a submission's error is ValueError as for
 // allreduce_async, the collective's KoloInternalError as for synchronize.
-at::Tensor AllreduceBlocking(const at::Tensor& tensor, const std::string& name,
+at::Tensor AllreduceBlocking(const at::Tensor& tensor, std::string name,
                              int op, double prescale, double postscale,
                              int process_set, bool in_place) {
   const AllreduceOptions options =
-      OptionsOf(name, op, prescale, postscale, process_set);
+      OptionsOf(std::move(name), op, prescale, postscale, process_set);
   bool submitted = false;
   try {
     py::gil_scoped_release release;

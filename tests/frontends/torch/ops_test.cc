@@ -136,6 +136,49 @@ TEST_P(TorchOps, InPlaceOnNonContiguousTensorWritesThroughTheView) {
   ShutdownContexts(ctx);
 }
 
+// A tensor that requires grad is reduced through a detached alias (its
+// contiguous copy and copy back are not recorded, a leaf is written in
+// place without autograd's complaint); one that does not is used as it is.
+// Either way the in-place result is the caller's own tensor.
+TEST_P(TorchOps, TensorsThatRequireGradAreReducedOutsideAutograd) {
+  Contexts ctx = StartContexts(size());
+  OnEachRank(size(), [&](int rank) {
+    const at::Tensor want =
+        Expected(size(), ReduceOp::kSum, {4, 3}).to(at::kFloat);
+    for (bool grad : {true, false}) {
+      const std::string tag = grad ? "grad" : "plain";
+      at::Tensor leaf = Input(rank, {4, 3}, at::kFloat).requires_grad_(grad);
+      at::Tensor out = ctx[rank]->allreduce_(
+          leaf, AllreduceOptions().name(tag + ".leaf").op(ReduceOp::kSum));
+      EXPECT_TRUE(out.is_same(leaf)) << tag;
+      EXPECT_EQ(leaf.requires_grad(), grad) << tag;
+      EXPECT_FALSE(leaf.grad_fn()) << tag;
+      EXPECT_TRUE(at::equal(leaf.detach(), want)) << tag;
+
+      // Non-contiguous: a contiguous buffer, copied back into the leaf.
+      at::Tensor base = Input(rank, {4, 3}, at::kFloat);
+      at::Tensor view = base.t().requires_grad_(grad);  // [3, 4], a leaf
+      ASSERT_FALSE(view.is_contiguous());
+      out = ctx[rank]->allreduce_(
+          view, AllreduceOptions().name(tag + ".view").op(ReduceOp::kSum));
+      EXPECT_TRUE(out.is_same(view)) << tag;
+      EXPECT_FALSE(view.grad_fn()) << tag;
+      EXPECT_TRUE(at::equal(base, want)) << tag;
+
+      // Out of place: a new tensor outside the graph, the input untouched.
+      at::Tensor in = Input(rank, {4, 3}, at::kFloat).requires_grad_(grad);
+      at::Tensor result = ctx[rank]->allreduce(
+          in, AllreduceOptions().name(tag + ".out").op(ReduceOp::kSum));
+      EXPECT_FALSE(result.requires_grad()) << tag;
+      EXPECT_FALSE(result.is_same(in)) << tag;
+      EXPECT_TRUE(at::equal(result, want)) << tag;
+      EXPECT_TRUE(at::equal(in.detach(), Input(rank, {4, 3}, at::kFloat)))
+          << tag;
+    }
+  });
+  ShutdownContexts(ctx);
+}
+
 TEST_P(TorchOps, AllgatherConcatenatesUnevenFirstDimensions) {
   Contexts ctx = StartContexts(size());
   OnEachRank(size(), [&](int rank) {
