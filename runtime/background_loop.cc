@@ -29,9 +29,10 @@ namespace kolo {
 // list: Note [Coalescing submissions]). It waits on one
 // Wakeup (runtime/sync/wakeup.h), which callers, control-plane reader
 // threads and, over shared memory, peers ring; while some caller is blocked
-// in Work::Wait it first spins for KOLO_SPIN_TIME, since the answer it
-// waits for usually comes within microseconds and a kernel wake-up costs
-// tens of them. Each pass:
+// in Work::Wait, and for KOLO_SPIN_TIME after one was or after a pass that
+// followed new submissions, it first spins for KOLO_SPIN_TIME, since the
+// answer (or the burst's next submission) usually comes within
+// microseconds and a kernel wake-up costs tens of them. Each pass:
 //  1. sends this rank's new requests, per process set, to the coordinator
 //     (cache ids where the response cache knows them); on one host the
 //     global set's hits go on the hit board instead while it is open
@@ -54,15 +55,21 @@ void RuntimeImpl::BackgroundLoop() {
   uint32_t epoch = wakeup.Epoch();
   // Spinning is allowed until then: while a caller waits, and for one spin
   // time after the last pass that saw one (a caller that waited usually
-  // submits again at once).
+  // submits again at once) or that followed new submissions (a burst, such
+  // as a backward pass's gradients, usually goes on: Note [Spin then
+  // block]).
   absl::Time spin_until = absl::InfinitePast();
+  uint64_t adds_seen = queue_.adds();
   while (!done) {
     if (!first_pass) {
-      // Note [Spin then block]: spin only around a caller's wait.
+      // Note [Spin then block]: spin only around a caller's wait or a
+      // burst of submissions.
       const absl::Time now = absl::Now();
-      if (waiters_->load(std::memory_order_seq_cst) > 0) {
+      const uint64_t adds = queue_.adds();
+      if (waiters_->load(std::memory_order_seq_cst) > 0 || adds != adds_seen) {
         spin_until = now + options_.spin_time;
       }
+      adds_seen = adds;
       wakeup.Wait(epoch, next_wakeup,
                   std::max(absl::ZeroDuration(), spin_until - now));
       epoch = wakeup.Epoch();

@@ -484,6 +484,10 @@ RuntimeStats RuntimeImpl::stats() const {
   s.collective_ns = counters_.collective_ns;
   s.complete_ns = counters_.complete_ns;
   s.recycle_ns = counters_.recycle_ns;
+  // The loop waits on one of the two (Wait: one thread at a time).
+  const Wakeup* loop_wakeup = wakeup_.load();
+  s.loop_sleeps = own_wakeup_.sleeps();
+  if (loop_wakeup != &own_wakeup_) s.loop_sleeps += loop_wakeup->sleeps();
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
     if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();

@@ -12,9 +12,15 @@
 // bumps the word and makes the system call only when the waiter announced
 // that it sleeps, so a notification to a spinning (or busy) waiter costs two
 // atomic operations. Whoever waits decides whether to spin at all: the
-// runtime spins only while a caller is blocked in Work::Wait (Note
-// [Background loop] in background_loop.cc), so an idle job or a training step's
-// compute never loses a core to it.
+// runtime's background thread spins only while a caller is blocked in
+// Work::Wait, and for one spin time after the last one did or after a pass
+// that followed new submissions (Note [Background loop] in
+// background_loop.cc). So an idle job never loses a core to it, and a
+// burst of submissions (a backward pass's gradient hooks, each a few
+// microseconds after the last) is caught by polling instead of a kernel
+// wake-up per submission, which on a VM costs the submitting thread an
+// inter-processor interrupt each when the background thread sleeps on
+// another core.
 //
 // Every wait is bounded by its deadline; a sleeper also wakes at least every
 // kMaxSleep to re-check it, so even a lost wake-up (which the protocol rules

@@ -231,6 +231,7 @@ PYBIND11_MODULE(_C, m) {
     d["collective_ns"] = s.collective_ns;
     d["complete_ns"] = s.complete_ns;
     d["recycle_ns"] = s.recycle_ns;
+    d["loop_sleeps"] = s.loop_sleeps;
     return d;
   });
 
