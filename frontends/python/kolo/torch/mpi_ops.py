@@ -257,8 +257,28 @@ def _all(h):
 
 # --- Allreduce ----------------------------------------------------------------
 
+_Tensor = torch.Tensor
+
+
 def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
                      process_set, in_place, what):
+    if (type(tensor) is _Tensor and process_set is global_process_set and
+            (name is None or type(name) is str)):
+        # The common case (this runs for every tensor of a step): the C++
+        # frontend checks the tensor itself and refuses, before it submits
+        # anything, every tensor that _check_tensor and _check_scaling
+        # refuse (as ValueError); only then do they run, to say it in
+        # Horovod's terms (a TypeError for a dtype). Their reads of the
+        # tensor's attributes cost more than the rest of the call here.
+        try:
+            return _C.allreduce_async(tensor, name or "", op,
+                                      float(prescale_factor),
+                                      float(postscale_factor), 0, in_place)
+        except ValueError as e:
+            refused = e
+        _check_tensor(tensor, what)
+        _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
+        raise refused
     _check_tensor(tensor, what)
     _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
     return _C.allreduce_async(tensor, _name(name), op, float(prescale_factor),

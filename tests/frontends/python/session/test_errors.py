@@ -81,6 +81,38 @@ def test_bad_arguments_raise_before_anything_is_submitted():
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="err.clean").item() == hvd.size()
 
 
+def test_async_allreduces_refuse_in_horovods_terms():
+    """allreduce_async(_)'s common path leaves the tensor's checks to the C++
+    frontend; what it refuses still raises Horovod's exception with the
+    Python layer's message, and nothing is submitted."""
+    for f in (hvd.allreduce_async, hvd.allreduce_async_):
+        with pytest.raises(TypeError, match="complex64 is not supported"):
+            f(torch.ones(2, dtype=torch.complex64))
+        with pytest.raises(TypeError, match="dtype torch.bool is not supported"):
+            f(torch.ones(2, dtype=torch.bool), op=hvd.Sum)
+        with pytest.raises(ValueError,
+                           match="average is not defined for integer"):
+            f(torch.ones(2, dtype=torch.int32))
+        with pytest.raises(ValueError, match="scale factors other than 1"):
+            f(torch.ones(2, dtype=torch.int32), op=hvd.Sum,
+              prescale_factor=2.0)
+        with pytest.raises(ValueError, match="sparse"):
+            f(torch.eye(2).to_sparse())
+        with pytest.raises(ValueError, match="meta"):
+            f(torch.ones(2, device="meta"))
+        with pytest.raises(TypeError, match="name must be a str"):
+            f(torch.ones(2), name=7)
+    # A name in flight: the runtime's refusal, as it is.
+    h = hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="err.async.twice")
+    with pytest.raises(ValueError, match="already in flight"):
+        hvd.allreduce_async_(torch.ones(3), op=hvd.Sum, name="err.async.twice")
+    assert torch.equal(hvd.synchronize(h), torch.full((3,), float(hvd.size())))
+    # Nothing else was submitted: the job is in step.
+    out = hvd.synchronize(hvd.allreduce_async(torch.ones(1), op=hvd.Sum,
+                                              name="err.async.clean"))
+    assert out.item() == hvd.size()
+
+
 def test_splits_that_do_not_add_up(rank, size):
     with pytest.raises(ValueError, match="splits"):
         hvd.alltoall(torch.ones(size * 2), splits=[1] * (size + 1))
