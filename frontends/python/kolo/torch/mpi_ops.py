@@ -260,8 +260,11 @@ def _all(h):
 _Tensor = torch.Tensor
 
 
-def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                     process_set, in_place, what):
+def _allreduce(submit, tensor, name, op, prescale_factor, postscale_factor,
+               process_set, in_place, what):
+    """``submit``: _C.allreduce_async, or _C.allreduce (blocking, which may
+    run the allreduce on this thread: kolo::Runtime::AllreduceAndWait).
+    Both raise ValueError only when they refuse to submit."""
     if (type(tensor) is _Tensor and process_set is global_process_set and
             (name is None or type(name) is str)):
         # The common case (this runs for every tensor of a step): the C++
@@ -271,9 +274,8 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
         # Horovod's terms (a TypeError for a dtype). Their reads of the
         # tensor's attributes cost more than the rest of the call here.
         try:
-            return _C.allreduce_async(tensor, name or "", op,
-                                      float(prescale_factor),
-                                      float(postscale_factor), 0, in_place)
+            return submit(tensor, name or "", op, float(prescale_factor),
+                          float(postscale_factor), 0, in_place)
         except ValueError as e:
             refused = e
         _check_tensor(tensor, what)
@@ -281,20 +283,8 @@ def _allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
         raise refused
     _check_tensor(tensor, what)
     _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
-    return _C.allreduce_async(tensor, _name(name), op, float(prescale_factor),
-                              float(postscale_factor), _set_id(process_set),
-                              in_place)
-
-
-def _allreduce_blocking(tensor, name, op, prescale_factor, postscale_factor,
-                        process_set, in_place, what):
-    """The allreduce of ``_allreduce_async``, waited for in one call (which
-    may run it on this thread: kolo::Runtime::AllreduceAndWait)."""
-    _check_tensor(tensor, what)
-    _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
-    return _C.allreduce(tensor, _name(name), op, float(prescale_factor),
-                        float(postscale_factor), _set_id(process_set),
-                        in_place)
+    return submit(tensor, _name(name), op, float(prescale_factor),
+                  float(postscale_factor), _set_id(process_set), in_place)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None,
@@ -308,9 +298,8 @@ def allreduce_async(tensor, average=None, name=None, op=None,
     None, which needs every rank to make the same unnamed calls in the
     same order)."""
     op = _op_of(op, average)
-    return _allreduce_async(tensor, name, op, prescale_factor,
-                            postscale_factor, process_set, False,
-                            "allreduce")
+    return _allreduce(_C.allreduce_async, tensor, name, op, prescale_factor,
+                      postscale_factor, process_set, False, "allreduce")
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None,
@@ -318,8 +307,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
                      process_set=global_process_set):
     """allreduce_async, writing the result into ``tensor``."""
     op = _op_of(op, average)
-    return _allreduce_async(tensor, name, op, prescale_factor,
-                            postscale_factor, process_set, True, "allreduce_")
+    return _allreduce(_C.allreduce_async, tensor, name, op, prescale_factor,
+                      postscale_factor, process_set, True, "allreduce_")
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -327,8 +316,8 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
     """allreduce, in place: the result is written into ``tensor``, which is
     returned."""
     op = _op_of(op, average)
-    _allreduce_blocking(tensor, name, op, prescale_factor, postscale_factor,
-                        process_set, True, "allreduce_")
+    _allreduce(_C.allreduce, tensor, name, op, prescale_factor,
+               postscale_factor, process_set, True, "allreduce_")
     return tensor
 
 
@@ -367,9 +356,8 @@ class _Allreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        result = _allreduce_blocking(tensor, name, op, prescale_factor,
-                                     postscale_factor, process_set, False,
-                                     "allreduce")
+        result = _allreduce(_C.allreduce, tensor, name, op, prescale_factor,
+                            postscale_factor, process_set, False, "allreduce")
         if op in (Min, Max, Product):
             ctx.input = tensor.detach()
             ctx.result = result.detach()

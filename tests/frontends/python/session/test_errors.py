@@ -81,11 +81,12 @@ def test_bad_arguments_raise_before_anything_is_submitted():
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum, name="err.clean").item() == hvd.size()
 
 
-def test_async_allreduces_refuse_in_horovods_terms():
-    """allreduce_async(_)'s common path leaves the tensor's checks to the C++
+def test_allreduces_refuse_in_horovods_terms():
+    """The allreduces' common path leaves the tensor's checks to the C++
     frontend; what it refuses still raises Horovod's exception with the
     Python layer's message, and nothing is submitted."""
-    for f in (hvd.allreduce_async, hvd.allreduce_async_):
+    for f in (hvd.allreduce_async, hvd.allreduce_async_, hvd.allreduce_,
+              hvd.allreduce):
         with pytest.raises(TypeError, match="complex64 is not supported"):
             f(torch.ones(2, dtype=torch.complex64))
         with pytest.raises(TypeError, match="dtype torch.bool is not supported"):
