@@ -10,6 +10,16 @@ of a kolorun job:
       synchronize(allreduce_async_(...)) and torch.distributed (gloo)
       all_reduce; rank 0 prints "RESULT lone blocking_us=X async_us=Y
       torch_gloo_us=Z" (p50s).
+  kolorun -np 2 python3 tools/bench/python_bench.py calls [--steps 300]
+      the submission loop of the step above alone, per call: through
+      hvd.allreduce_async_ and through the binding (kolo._C) directly;
+      "RESULT calls python_us=X binding_us=Y" (medians).
+  kolorun -np N python3 tools/bench/python_bench.py hooks [--steps 400]
+      the DistributedOptimizer over 200 parameters of 4 KB whose backward
+      is trivial, against the plain optimizer in the same job: what kolo
+      adds to backward (where the gradient hooks submit) and to step()
+      (which waits for the allreduces); "RESULT hooks backward_extra_us=X
+      step_extra_us=Y" (medians per step).
   kolorun -np N python3 tools/bench/python_bench.py train [--steps 30]
       the mnist CNN (batch 64, Adam, synthetic data) with kolo.torch's
       DistributedOptimizer; "RESULT train ranks=N samples_per_s=X".
@@ -107,6 +117,72 @@ def lone_bench(args):
               % (blocking_us, async_us, gloo_us), flush=True)
 
 
+def calls_bench(args):
+    from kolo import _C
+    tensors = [torch.zeros(1024) for _ in range(200)]  # 4 KB each
+    names = ["py.%d" % i for i in range(200)]
+
+    def through_python():
+        return [hvd.allreduce_async_(t, name=n, op=hvd.Sum)
+                for t, n in zip(tensors, names)]
+
+    def through_binding():
+        # kolo._C.allreduce_async(tensor, name, op, prescale, postscale,
+        # process set, in place): what hvd.allreduce_async_ calls.
+        return [_C.allreduce_async(t, n, hvd.Sum, 1.0, 1.0, 0, True)
+                for t, n in zip(tensors, names)]
+
+    def per_call_us(submit):
+        times = []
+        for i in range(args.warmup + args.steps):
+            start = time.perf_counter()
+            handles = submit()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - start)
+            for h in handles:
+                hvd.synchronize(h)
+        return statistics.median(times) * 1e6 / len(tensors)
+
+    python_us = per_call_us(through_python)
+    binding_us = per_call_us(through_binding)
+    if hvd.rank() == 0:
+        print("RESULT calls python_us=%.2f binding_us=%.2f" %
+              (python_us, binding_us), flush=True)
+
+
+def hooks_bench(args):
+    params = [torch.zeros(1024, requires_grad=True) for _ in range(200)]
+    named = [("layer%03d.weight" % i, p) for i, p in enumerate(params)]
+    x = torch.ones(1024)
+
+    def medians(opt):
+        backward, step = [], []
+        for i in range(args.warmup + args.steps):
+            opt.zero_grad()
+            loss = sum((p * x).sum() for p in params)
+            t0 = time.perf_counter()
+            loss.backward()
+            t1 = time.perf_counter()
+            opt.step()
+            t2 = time.perf_counter()
+            if i >= args.warmup:
+                backward.append(t1 - t0)
+                step.append(t2 - t1)
+        return (statistics.median(backward) * 1e6,
+                statistics.median(step) * 1e6)
+
+    plain = torch.optim.SGD(params, lr=0.0)
+    local_backward, local_step = medians(plain)
+    opt = hvd.DistributedOptimizer(plain, named_parameters=named)
+    kolo_backward, kolo_step = medians(opt)
+    if hvd.rank() == 0:
+        print("RESULT hooks ranks=%d backward_extra_us=%.0f "
+              "step_extra_us=%.0f local_backward_us=%.0f local_step_us=%.0f"
+              % (hvd.size(), kolo_backward - local_backward,
+                 kolo_step - local_step, local_backward, local_step),
+              flush=True)
+
+
 def _free_port():
     import socket
     with socket.socket() as s:
@@ -162,18 +238,27 @@ def train_bench(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["step", "lone", "train"])
+    p.add_argument("mode", choices=["step", "lone", "calls", "hooks",
+                                    "train"])
     p.add_argument("--steps", type=int, default=0)
     p.add_argument("--warmup", type=int, default=5)
     args = p.parse_args()
     if not args.steps:
-        args.steps = {"step": 50, "lone": 2000}.get(args.mode, 30)
+        args.steps = {"step": 50, "lone": 2000, "calls": 300,
+                      "hooks": 400}.get(args.mode, 30)
     if args.mode == "step":
         hvd.init()
         step_bench(args)
     elif args.mode == "lone":
         hvd.init()
         lone_bench(args)
+    elif args.mode == "calls":
+        hvd.init()
+        calls_bench(args)
+    elif args.mode == "hooks":
+        hvd.init()
+        torch.set_num_threads(1)
+        hooks_bench(args)
     else:
         train_bench(args)
 
