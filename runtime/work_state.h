@@ -55,7 +55,8 @@ class WorkState {
   // Set by the runtime before the Work is handed out: Wait() first polls
   // for `spin` (Note [Spin then block] in runtime/sync/wakeup.h), and
   // counts itself in `waiters` while it waits, so that the background
-  // thread spins only while some caller waits.
+  // thread spins while some caller waits (and otherwise only after new
+  // submissions).
   void SetWaitPolicy(absl::Duration spin,
                      std::shared_ptr<std::atomic<int>> waiters);
 

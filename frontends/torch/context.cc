@@ -30,17 +30,21 @@ namespace detail {
 // inline (a submission allocates no vector for them).
 using Tensors = absl::InlinedVector<at::Tensor, 1>;
 
-// One submitted collective. The runtime reads and writes `buffers` (and the
-// results that allocators create) until `work` completes; holding them here
-// keeps that memory alive however the caller treats its Handle. A buffer
-// that is a result too (an in-place collective on a contiguous tensor) is
-// held once, as the result.
+// One submitted collective. The runtime reads and writes the memory of
+// `buffers` (and the results that allocators create) until `work`
+// completes; holding their storages here keeps that memory alive however
+// the caller treats its Handle, and whatever it does to its own tensors
+// meanwhile (`set_`, `.data =`, `model.to()` repoint a tensor at other
+// memory). A storage, not a tensor: the buffer is often the caller's own
+// tensor, and a copy of its storage costs a reference count, where a
+// detached alias would cost a TensorImpl per call.
 struct PendingOp {
   std::string name;
   kolo::Work work;
-  Tensors buffers;
+  absl::InlinedVector<c10::Storage, 1> buffers;
   // In-place collectives on non-contiguous tensors: once the collective
-  // succeeded, each `second` (a contiguous buffer) is copied into `first`.
+  // succeeded, each `second` (a contiguous buffer) is copied into `first`
+  // (a detached alias of the caller's tensor as it was submitted).
   std::vector<std::pair<at::Tensor, at::Tensor>> copy_backs;
 
   Mutex mu;
@@ -104,12 +108,12 @@ kolo::Device ToDevice(const at::Tensor& t, const char* op,
                                    " are not supported (CPU and CUDA only)")));
 }
 
-// Rejects what kolo cannot send. Returns `t` detached from autograd: the
-// runtime reads and writes raw memory, which autograd must not record, and
-// a contiguous copy or a copy back must not be recorded either. A tensor
-// that does not require grad is returned as it is: nothing it goes through
-// is recorded, and a detached alias would cost a TensorImpl per call (a
-// gradient, the common case, does not require grad).
+// Rejects what kolo cannot send. Returns `t` detached from autograd if it
+// requires grad: the runtime reads and writes raw memory, which autograd
+// must not record, and a contiguous copy must not be recorded either. A
+// tensor that does not require grad (a gradient, the common case) is
+// returned as it is: nothing it goes through is recorded, and a detached
+// alias would cost a TensorImpl per call.
 at::Tensor CheckedTensor(const at::Tensor& t, const char* op,
                          const std::string& name) {
   if (!t.defined()) throw Error(Invalid(op, name, "the tensor is undefined"));
@@ -163,14 +167,19 @@ kolo::TensorView ViewOf(const at::Tensor& contiguous, const char* op,
 }
 
 // The buffer the runtime works on for an in-place collective on `caller`'s
-// tensor (`t`: detached): `t` itself when contiguous, else a contiguous copy
-// that is copied back on success. The result is the caller's own tensor.
+// tensor (`t`: CheckedTensor's): `t` itself when contiguous, else a
+// contiguous copy that is copied back on success, into a detached alias
+// (the copy back is not recorded, even if the caller's tensor requires
+// grad by then, and goes to the memory submitted). The result is the
+// caller's own tensor.
 at::Tensor InPlaceBuffer(const at::Tensor& caller, const at::Tensor& t,
                          PendingOp* op) {
-  at::Tensor buffer = t.is_contiguous() ? t : t.contiguous();
-  if (!t.is_contiguous()) op->copy_backs.emplace_back(t, buffer);
-  // The caller's own tensor (not detached) is kept as the result.
-  if (!buffer.is_same(caller)) op->buffers.push_back(buffer);
+  at::Tensor buffer = t;
+  if (!t.is_contiguous()) {
+    buffer = t.contiguous();
+    op->copy_backs.emplace_back(t.is_same(caller) ? t.detach() : t, buffer);
+  }
+  op->buffers.push_back(buffer.storage());
   MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
   op->results.push_back(caller);
   return buffer;
@@ -351,7 +360,7 @@ std::shared_ptr<PendingOp> Context::AllreduceOp(
   } else {
     at::Tensor in = t.contiguous();
     at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
-    op->buffers = {in};
+    op->buffers = {in.storage()};
     MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
     op->results = {out};
     request->input = ViewOf(in, op_name, name);
@@ -435,7 +444,7 @@ Handle Context::GroupedAllreduce(const std::vector<at::Tensor>& tensors,
     } else {
       at::Tensor in = t.contiguous();
       at::Tensor out = at::empty_like(in, at::MemoryFormat::Contiguous);
-      op->buffers.push_back(in);
+      op->buffers.push_back(in.storage());
       MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
       op->results.push_back(out);
       request.input = ViewOf(in, op_name, request.name);
@@ -480,7 +489,7 @@ Handle Context::allgather_async(const at::Tensor& tensor,
   auto op = std::make_shared<PendingOp>();
   op->name = NameFor(kAllgather, options.name(), options.process_set());
   at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
-  op->buffers = {in};
+  op->buffers = {in.storage()};
   kolo::AllgatherRequest request;
   request.name = op->name;
   request.input = ViewOf(in, op_name, op->name);
@@ -505,7 +514,7 @@ Handle Context::Broadcast(const at::Tensor& tensor,
     buffer = InPlaceBuffer(tensor, t, op.get());
   } else {
     buffer = t.clone(at::MemoryFormat::Contiguous);
-    op->buffers = {buffer};
+    op->buffers = {buffer.storage()};
     MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
     op->results = {buffer};
   }
@@ -559,7 +568,7 @@ Handle Context::alltoall_async(const at::Tensor& tensor,
   auto op = std::make_shared<PendingOp>();
   op->name = NameFor(kAlltoall, options.name(), options.process_set());
   at::Tensor in = CheckedTensor(tensor, op_name, op->name).contiguous();
-  op->buffers = {in};
+  op->buffers = {in.storage()};
   kolo::AlltoallRequest request;
   request.name = op->name;
   request.input = ViewOf(in, op_name, op->name);
@@ -594,7 +603,7 @@ Handle Context::reducescatter_async(const at::Tensor& tensor,
                           in.sizes().vec(), static_cast<int>(ranks.size()),
                           static_cast<int>(me - ranks.begin()));
   at::Tensor out = at::empty(out_shape, in.options());
-  op->buffers = {in};
+  op->buffers = {in.storage()};
   {
     MutexLock lock(&op->mu);  // Not shared yet: for the analysis.
     op->results = {out};

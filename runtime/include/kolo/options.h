@@ -77,8 +77,9 @@ struct Options {
   absl::Duration cycle_time = absl::Milliseconds(1);  // KOLO_CYCLE_TIME
   int cache_capacity = 1024;                      // KOLO_CACHE_CAPACITY
   // How long the background thread and Work::Wait poll before they sleep
-  // in the kernel, only while some caller waits for a collective (Note
-  // [Spin then block] in runtime/sync/wakeup.h). 0: never spin.
+  // in the kernel, only while some caller waits for a collective (the
+  // background thread also after a pass that followed new submissions:
+  // Note [Spin then block] in runtime/sync/wakeup.h). 0: never spin.
   absl::Duration spin_time = absl::Microseconds(50);  // KOLO_SPIN_TIME (us)
 
   // --- Process sets created at start (ids 1, 2, ... in this order). Every

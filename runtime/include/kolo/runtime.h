@@ -152,9 +152,10 @@ struct RuntimeStats {
   int64_t collective_ns = 0;
   int64_t complete_ns = 0;
   int64_t recycle_ns = 0;
-  // Waits of the background thread that went to sleep in the kernel (its
-  // next submission or message then woke it with a system call; Note
-  // [Spin then block] in runtime/sync/wakeup.h).
+  // Times the background thread went to sleep in the kernel (its next
+  // submission or message then woke it with a system call; Note [Spin
+  // then block] in runtime/sync/wakeup.h). An idle loop also counts its
+  // periodic re-checks of its deadlines.
   int64_t loop_sleeps = 0;
 };
 

@@ -165,6 +165,17 @@ TEST_P(TorchOps, TensorsThatRequireGradAreReducedOutsideAutograd) {
       EXPECT_FALSE(view.grad_fn()) << tag;
       EXPECT_TRUE(at::equal(base, want)) << tag;
 
+      // Out of place on a non-contiguous tensor.
+      at::Tensor strided = Input(rank, {4, 3}, at::kFloat).t().requires_grad_(grad);
+      at::Tensor strided_sum = ctx[rank]->allreduce(
+          strided,
+          AllreduceOptions().name(tag + ".out.view").op(ReduceOp::kSum));
+      EXPECT_FALSE(strided_sum.requires_grad()) << tag;
+      EXPECT_TRUE(at::equal(strided_sum, want.t())) << tag;
+      EXPECT_TRUE(at::equal(strided.detach(),
+                            Input(rank, {4, 3}, at::kFloat).t()))
+          << tag;
+
       // Out of place: a new tensor outside the graph, the input untouched.
       at::Tensor in = Input(rank, {4, 3}, at::kFloat).requires_grad_(grad);
       at::Tensor result = ctx[rank]->allreduce(
@@ -386,6 +397,50 @@ TEST(TorchAsync, PollIsFalseUntilEveryRankSubmitted) {
     EXPECT_TRUE(h.wait().is_same(t));
     EXPECT_TRUE(h.poll());
     EXPECT_TRUE(at::equal(t, at::full({1000}, 3.0, at::kFloat)));
+  });
+  ShutdownContexts(ctx);
+}
+
+// The memory a collective reads and writes stays alive until it completes,
+// whatever the caller does to its tensor meanwhile: here rank 0 repoints
+// its in-flight tensor at other memory (as `set_`, `.data =` and
+// `model.to()` do) before rank 1 submits.
+TEST(TorchAsync, InFlightMemoryOutlivesTheCallersTensor) {
+  Contexts ctx = StartContexts(2);
+  std::promise<void> rank0_repointed;
+  OnEachRank(2, [&](int rank) {
+    if (rank == 1) rank0_repointed.get_future().wait();
+    at::Tensor t = at::full({1000}, rank + 1.0, at::kFloat);
+    at::Tensor out_of_place = at::full({1000}, rank + 1.0, at::kFloat);
+    const c10::Storage in_place_memory = t.storage();
+    const c10::Storage input_memory = out_of_place.storage();
+    Handle h = ctx[rank]->allreduce_async_(
+        t, AllreduceOptions().name("repointed").op(ReduceOp::kSum));
+    Handle g = ctx[rank]->allreduce_async(
+        out_of_place,
+        AllreduceOptions().name("repointed.input").op(ReduceOp::kSum));
+    if (rank == 0) {
+      EXPECT_FALSE(h.poll());  // (rank 1 has not submitted)
+      t.set_(at::zeros({1000}, at::kFloat));
+      out_of_place.set_(at::zeros({1000}, at::kFloat));
+      // Ours, and the collective's.
+      EXPECT_EQ(in_place_memory.use_count(), 2);
+      EXPECT_EQ(input_memory.use_count(), 2);
+      rank0_repointed.set_value();
+    }
+    h.wait();
+    EXPECT_TRUE(at::equal(g.wait(), at::full({1000}, 3.0, at::kFloat)));
+    if (rank == 0) {
+      // The sum went to the memory submitted, which is ours alone now.
+      const float* sum = static_cast<const float*>(in_place_memory.data());
+      EXPECT_EQ(sum[0], 3.0f);
+      EXPECT_EQ(sum[999], 3.0f);
+      EXPECT_EQ(in_place_memory.use_count(), 1);
+      EXPECT_EQ(input_memory.use_count(), 1);
+      EXPECT_TRUE(at::equal(t, at::zeros({1000}, at::kFloat)));
+    } else {
+      EXPECT_TRUE(at::equal(t, at::full({1000}, 3.0, at::kFloat)));
+    }
   });
   ShutdownContexts(ctx);
 }

@@ -266,15 +266,18 @@ def _allreduce(submit, tensor, name, op, prescale_factor, postscale_factor,
     run the allreduce on this thread: kolo::Runtime::AllreduceAndWait).
     Both raise ValueError only when they refuse to submit."""
     if (type(tensor) is _Tensor and process_set is global_process_set and
-            (name is None or type(name) is str)):
+            type(name) is str and name):
         # The common case (this runs for every tensor of a step): the C++
         # frontend checks the tensor itself and refuses, before it submits
         # anything, every tensor that _check_tensor and _check_scaling
         # refuse (as ValueError); only then do they run, to say it in
         # Horovod's terms (a TypeError for a dtype). Their reads of the
         # tensor's attributes cost more than the rest of the call here.
+        # Named calls only: an unnamed one takes its generated name before
+        # the C++ checks, so a refusal there would use up a name that the
+        # other ranks do not (the checks below come first for it).
         try:
-            return submit(tensor, name or "", op, float(prescale_factor),
+            return submit(tensor, name, op, float(prescale_factor),
                           float(postscale_factor), 0, in_place)
         except ValueError as e:
             refused = e
