@@ -281,11 +281,12 @@ def _allreduce(submit, tensor, name, op, prescale_factor, postscale_factor,
                           float(postscale_factor), 0, in_place)
         except ValueError as e:
             refused = e
-        _check_tensor(tensor, what)
-        _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
-        raise refused
+    else:
+        refused = None
     _check_tensor(tensor, what)
     _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
+    if refused is not None:
+        raise refused
     return submit(tensor, _name(name), op, float(prescale_factor),
                   float(postscale_factor), _set_id(process_set), in_place)
 
