@@ -507,6 +507,7 @@ void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
     MutexLock lock(&state_mu_);
     if (!fatal_.ok()) return;
     fatal_ = status;
+    failed_.store(true, std::memory_order_release);
   }
   state_cv_.NotifyAll();
   accepting_ = false;
@@ -553,6 +554,9 @@ void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
 }
 
 absl::Status RuntimeImpl::fatal_status() {
+  // The loop asks several times a pass: without a failure, no lock (whose
+  // line callers would then fetch back on their next submission).
+  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
   MutexLock lock(&state_mu_);
   return fatal_;
 }

@@ -252,6 +252,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   Mutex state_mu_;
   CondVar state_cv_;
   absl::Status fatal_ KOLO_GUARDED_BY(state_mu_);
+  // fatal_ is set (written under state_mu_, read without it).
+  std::atomic<bool> failed_{false};
   bool loop_done_ KOLO_GUARDED_BY(state_mu_) = false;
   // Ranks that have not asked to shut down although some have, as the
   // coordinator last said (wire::ShutdownWaiting); for Shutdown()'s

@@ -102,9 +102,11 @@ class TensorQueue {
   static void ReuseWork(TensorEntry* e);
 
   // Calls `fn` with each request added since the last call, in submission
-  // order, under the queue's lock (no copies; `fn` must not call back into
-  // the queue). Entries added without a deadline get `deadline`: one
-  // clock read per take instead of one per submission.
+  // order, without copies and outside the queue's lock (Note [Taking
+  // without the lock]; one take at a time, in the loop's turn, and `fn`
+  // must not take again).
+  // Entries added without a deadline get `deadline`: one clock read per
+  // take instead of one per submission.
   void TakeNewRequests(absl::Time deadline,
                        const std::function<void(const wire::Request&)>& fn);
   // Without the lock: whether requests wait to be taken, and how many
@@ -146,8 +148,9 @@ class TensorQueue {
   mutable Mutex mu_;
   CondVar drained_cv_;
   // Separate from mu_: callers take entries while the background thread
-  // holds mu_ to take responses' entries.
-  mutable Mutex free_mu_;
+  // holds mu_ to take responses' entries; on a line of its own, so that
+  // taking one lock does not take the other's line from another core.
+  alignas(64) mutable Mutex free_mu_;
   std::vector<std::unique_ptr<TensorEntry>> free_ KOLO_GUARDED_BY(free_mu_);
   // Add's work; *first: the background thread needs a wake-up.
   absl::Status AddImpl(std::unique_ptr<TensorEntry> owned, bool* first)
@@ -175,6 +178,16 @@ class TensorQueue {
   // before it was sent leaves both: ForgetUnsent; Close empties both).
   std::vector<TensorEntry*> new_entries_ KOLO_GUARDED_BY(mu_);
   std::atomic<bool> has_new_{false};  // !new_entries_.empty()
+  // Note [Taking without the lock]: the entries of the take under way
+  // (the taker's; storage kept from take to take), whether one is
+  // under way, and the entries that Close and FailSet removed meanwhile,
+  // which the take destroys once it has read them.
+  std::vector<TensorEntry*> taking_;
+  bool take_running_ KOLO_GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<TensorEntry>> graveyard_ KOLO_GUARDED_BY(mu_);
+  // Destroys `dead` (failed entries, out of the table), or leaves them to
+  // the take under way.
+  void Bury(std::vector<std::unique_ptr<TensorEntry>>* dead) KOLO_EXCLUDES(mu_);
   // Removes `e` from new_entries_ if it is there (taken before it was sent:
   // an error response for a name other ranks sent).
   void ForgetUnsent(const TensorEntry* e) KOLO_REQUIRES(mu_);

@@ -40,10 +40,14 @@ void WorkState::Renew() {
   claimed_.store(false, std::memory_order_release);
 }
 
+// By reference, and assigned only when it changes: a renewed state keeps
+// its runtime's counter, and a copy per submission would write the
+// counter's reference count, on the line the background thread polls
+// (the count of waiters) while it spins.
 void WorkState::SetWaitPolicy(absl::Duration spin,
-                              std::shared_ptr<std::atomic<int>> waiters) {
+                              const std::shared_ptr<std::atomic<int>>& waiters) {
   spin_ = spin;
-  if (waiters_ != waiters) waiters_ = std::move(waiters);
+  if (waiters_ != waiters) waiters_ = waiters;
 }
 
 bool WorkState::IsCompleted() const {

@@ -58,7 +58,7 @@ class WorkState {
   // thread spins while some caller waits (and otherwise only after new
   // submissions).
   void SetWaitPolicy(absl::Duration spin,
-                     std::shared_ptr<std::atomic<int>> waiters);
+                     const std::shared_ptr<std::atomic<int>>& waiters);
 
  private:
   // Blocks up to `remaining`; errors name the caller's whole `timeout`.

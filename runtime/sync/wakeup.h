@@ -73,9 +73,11 @@ class Wakeup {
 
  private:
   WakeupWord own_;
+  // Read by every Notify; the waiter's counter below has a line of its
+  // own, so that a wait does not take this one from the notifying core.
   WakeupWord* const word_;
   const bool shared_;
-  std::atomic<uint64_t> sleeps_{0};
+  alignas(64) std::atomic<uint64_t> sleeps_{0};
 };
 
 // Spins with pause instructions and sched_yield until `done()` or `spin`

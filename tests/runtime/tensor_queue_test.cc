@@ -3,6 +3,8 @@
 #include "runtime/tensor_queue.h"
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -181,6 +183,91 @@ TEST_F(QueueTest, FailSetFailsThatSetOnly) {
   EXPECT_FALSE(wb->IsCompleted());
   EXPECT_EQ(NewNames(queue), (std::vector<std::string>{"b"}));
   EXPECT_EQ(queue.size(), 1u);
+}
+
+// Note [Taking without the lock]: a caller's Add does not wait for the
+// take's reading of the requests it took (with the lock held through the
+// reading, the Add below would wait until the take ends, and the wait for
+// it would time out).
+TEST_F(QueueTest, CallersAddWhileATakeReadsItsRequests) {
+  ASSERT_TRUE(queue.Add(Entry("a")).ok());
+  ASSERT_TRUE(queue.Add(Entry("b")).ok());
+  std::vector<std::string> taken;
+  std::promise<absl::Status> added;
+  std::future<absl::Status> add_returned = added.get_future();
+  std::thread caller;
+  bool add_returned_during_take = false;
+  queue.TakeNewRequests(absl::InfiniteFuture(), [&](const wire::Request& r) {
+    taken.push_back(r.name());
+    if (r.name() != "a") return;
+    caller = std::thread([&] { added.set_value(queue.Add(Entry("c"))); });
+    add_returned_during_take =
+        add_returned.wait_for(std::chrono::seconds(10)) ==
+        std::future_status::ready;
+  });
+  caller.join();
+  EXPECT_TRUE(add_returned_during_take);
+  EXPECT_TRUE(add_returned.get().ok());
+  EXPECT_EQ(taken, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(queue.has_new_requests());
+  EXPECT_EQ(NewNames(queue), (std::vector<std::string>{"c"}));
+}
+
+// A ReadyEvent whose lifetime tells when its entry was destroyed.
+struct Marker : ReadyEvent {
+  bool Ready() override { return true; }
+};
+
+// Close (another thread's, e.g. a fatal error's) during a take fails the
+// entries at once but leaves their destruction to the take, which still
+// reads them (ASan would see a read of a destroyed entry); FailSet too.
+TEST_F(QueueTest, EntriesFailedDuringATakeLiveUntilItEnds) {
+  for (bool whole_queue : {true, false}) {
+    SCOPED_TRACE(whole_queue ? "Close" : "FailSet");
+    TensorQueue q([] {});
+    auto a = Entry("a", 1);
+    auto b = Entry("b", 1);
+    auto marker = std::make_shared<Marker>();
+    b->input.ready = marker;
+    std::weak_ptr<Marker> b_alive = marker;
+    marker.reset();
+    auto wa = a->work, wb = b->work;
+    ASSERT_TRUE(q.Add(std::move(a)).ok());
+    ASSERT_TRUE(q.Add(std::move(b)).ok());
+    std::vector<std::string> taken;
+    std::promise<void> failed;
+    std::future<void> failing_returned = failed.get_future();
+    std::thread failer;
+    bool returned_during_take = false, alive_after_failing = false;
+    q.TakeNewRequests(absl::InfiniteFuture(), [&](const wire::Request& r) {
+      if (r.name() == "a") {
+        failer = std::thread([&] {
+          if (whole_queue) {
+            q.Close(absl::UnavailableError("rank 1 lost"));
+          } else {
+            q.FailSet(1, absl::AbortedError("process set 1 was removed"));
+          }
+          failed.set_value();
+        });
+        // Neither waits for the take (nor for its lock).
+        returned_during_take =
+            failing_returned.wait_for(std::chrono::seconds(10)) ==
+            std::future_status::ready;
+        alive_after_failing = !b_alive.expired();
+      }
+      taken.push_back(r.name());
+    });
+    failer.join();
+    EXPECT_EQ(taken, (std::vector<std::string>{"a", "b"}));
+    EXPECT_TRUE(returned_during_take);
+    EXPECT_TRUE(alive_after_failing);
+    EXPECT_TRUE(b_alive.expired());  // destroyed by the take
+    for (auto& w : {wa, wb}) {
+      ASSERT_TRUE(w->IsCompleted());
+      EXPECT_FALSE(w->status().ok());
+    }
+    EXPECT_EQ(q.size(), 0u);
+  }
 }
 
 TEST_F(QueueTest, WaitDrainedSeesTheLastTake) {
