@@ -10,6 +10,7 @@
 // gets an InvalidArgument error naming the shapes.
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,13 @@
 // reachable from a global (leak checkers see them held).
 kolo::Runtime* g_leaked_runtime = nullptr;
 std::vector<float>* g_busy_buffer = nullptr;
+// The busy thread calls into the Runtime object only under this lock, and
+// not once main is returning: a static or local holder destroys that object
+// as main returns, and calling an object's methods while another thread
+// destroys it is a use after free whatever the object. Its collectives stay
+// in flight, and the thread in Work::Wait, while the process exits.
+std::mutex* g_submit_mu = new std::mutex;
+bool g_main_returning = false;
 
 namespace {
 
@@ -62,7 +70,12 @@ int main(int argc, char** argv) {
       r.name = "exit/busy";
       r.input = r.output =
           kolo::TensorView(busy.data(), kolo::DataType::kFloat32, {16});
-      auto w = runtime->Allreduce(r);
+      absl::StatusOr<kolo::Work> w;
+      {
+        std::lock_guard<std::mutex> lock(*g_submit_mu);
+        if (g_main_returning) return;
+        w = runtime->Allreduce(r);
+      }
       if (!w.ok() || !w->Wait().ok()) return;
     }
   }).detach();
@@ -76,5 +89,9 @@ int main(int argc, char** argv) {
   const absl::Status status = work.ok() ? work->Wait() : work.status();
   std::printf("rank %d: %s\n", options->rank, status.ToString().c_str());
   std::fflush(stdout);
+  {
+    std::lock_guard<std::mutex> lock(*g_submit_mu);
+    g_main_returning = true;
+  }
   return status.ok() ? 1 : 3;
 }
