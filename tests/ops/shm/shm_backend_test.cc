@@ -595,90 +595,103 @@ namespace {
 // Allreduce, for pieces of every size (0 included) cut anywhere across
 // stage and share boundaries, in place or not, also when one rank packs
 // and calls Allreduce instead; not offered (Unimplemented), alike on every
-// rank, for lists small enough for one stage.
+// rank, for lists small enough for one stage. With tiny chunks the pieces
+// cross many stages; with the default ones (pieces 41 times larger) a
+// rank's share of a piece spans many reduction blocks and ends inside one
+// (Note [Reducing in blocks] in ops/shm/shm_backend.cc).
 TEST_P(ShmCollectives, AllreducePiecesEqualsPackedAllreduce) {
   const int n = size();
-  auto group = CreateGroup(n, TinyChunks());
-  for (DataType dtype :
-       {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
-    const size_t elem = DataTypeSize(dtype);
-    // Piece sizes in elements: ~5 stages of 4 KB in all, cut unevenly.
-    const std::vector<size_t> counts = {0, 1,    700, 0, 1500,
-                                        3, 2048, 999, 0, 77};
-    size_t total = 0;
-    for (size_t c : counts) total += c;
-    std::vector<Bytes> packed_in(n), want(n), got(n);
-    for (int r = 0; r < n; ++r)
-      packed_in[r] = RandomFloats(dtype, total, 31 * r + 7);
-    std::vector<absl::Status> status(n);
-    OnEachRank(n, [&](int r) {
-      want[r] = packed_in[r];
-      status[r] =
-          group[r]->Allreduce(want[r].data(), total, dtype, ReduceOp::kSum);
-    });
-    for (int r = 0; r < n; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
-    OnEachRank(n, [&](int r) {
-      // Odd pieces in place, even pieces into separate outputs.
-      std::vector<Bytes> inputs, outputs;
-      std::vector<FusedPiece> pieces;
-      size_t at = 0;
-      for (size_t i = 0; i < counts.size(); ++i) {
-        inputs.emplace_back(packed_in[r].begin() + at * elem,
-                            packed_in[r].begin() + (at + counts[i]) * elem);
-        outputs.emplace_back(counts[i] * elem, 0xee);
-        at += counts[i];
-      }
-      for (size_t i = 0; i < counts.size(); ++i) {
-        uint8_t* out = i % 2 ? inputs[i].data() : outputs[i].data();
-        pieces.push_back({inputs[i].data(), out, counts[i]});
-      }
-      EXPECT_TRUE(group[r]->SupportsAllreducePieces(total, dtype));
-      if (r == 0 && n > 1) {
-        // Ranks may mix the two paths (one rank may have to pack).
-        Bytes packed = packed_in[r];
+  struct Layout {
+    ShmOptions options;
+    size_t scale;
+  };
+  for (const Layout& layout :
+       {Layout{TinyChunks(), 1}, Layout{ShmOptions(), 41}}) {
+    auto group = CreateGroup(n, layout.options);
+    for (DataType dtype :
+         {DataType::kFloat16, DataType::kFloat32, DataType::kFloat64}) {
+      SCOPED_TRACE(
+          absl::StrCat("scale ", layout.scale, ", ", DataTypeName(dtype)));
+      const size_t elem = DataTypeSize(dtype);
+      // Piece sizes in elements (tiny chunks: ~5 stages of 4 KB in all), cut
+      // unevenly.
+      std::vector<size_t> counts = {0, 1, 700, 0, 1500, 3, 2048, 999, 0, 77};
+      for (size_t& c : counts) c *= layout.scale;
+      size_t total = 0;
+      for (size_t c : counts) total += c;
+      std::vector<Bytes> packed_in(n), want(n), got(n);
+      for (int r = 0; r < n; ++r)
+        packed_in[r] = RandomFloats(dtype, total, 31 * r + 7);
+      std::vector<absl::Status> status(n);
+      OnEachRank(n, [&](int r) {
+        want[r] = packed_in[r];
         status[r] =
-            group[r]->Allreduce(packed.data(), total, dtype, ReduceOp::kSum);
-        at = 0;
+            group[r]->Allreduce(want[r].data(), total, dtype, ReduceOp::kSum);
+      });
+      for (int r = 0; r < n; ++r) ASSERT_TRUE(status[r].ok()) << status[r];
+      OnEachRank(n, [&](int r) {
+        // Odd pieces in place, even pieces into separate outputs.
+        std::vector<Bytes> inputs, outputs;
+        std::vector<FusedPiece> pieces;
+        size_t at = 0;
         for (size_t i = 0; i < counts.size(); ++i) {
-          uint8_t* out = i % 2 ? inputs[i].data() : outputs[i].data();
-          if (counts[i]) {  // empty pieces have no memory
-            std::memcpy(out, packed.data() + at * elem, counts[i] * elem);
-          }
+          inputs.emplace_back(packed_in[r].begin() + at * elem,
+                              packed_in[r].begin() + (at + counts[i]) * elem);
+          outputs.emplace_back(counts[i] * elem, 0xee);
           at += counts[i];
         }
-      } else {
-        status[r] =
-            group[r]->AllreducePieces(pieces, total, dtype, ReduceOp::kSum);
-      }
-      for (size_t i = 0; i < counts.size(); ++i) {
-        const Bytes& out = i % 2 ? inputs[i] : outputs[i];
-        got[r].insert(got[r].end(), out.begin(), out.end());
-        if (i % 2 == 0) {  // inputs of out-of-place pieces stay untouched
-          at = 0;
-          for (size_t k = 0; k < i; ++k) at += counts[k];
-          EXPECT_TRUE(std::equal(inputs[i].begin(), inputs[i].end(),
-                                 packed_in[r].begin() + at * elem));
+        for (size_t i = 0; i < counts.size(); ++i) {
+          uint8_t* out = i % 2 ? inputs[i].data() : outputs[i].data();
+          pieces.push_back({inputs[i].data(), out, counts[i]});
         }
+        EXPECT_TRUE(group[r]->SupportsAllreducePieces(total, dtype));
+        if (r == 0 && n > 1) {
+          // Ranks may mix the two paths (one rank may have to pack).
+          Bytes packed = packed_in[r];
+          status[r] =
+              group[r]->Allreduce(packed.data(), total, dtype, ReduceOp::kSum);
+          at = 0;
+          for (size_t i = 0; i < counts.size(); ++i) {
+            uint8_t* out = i % 2 ? inputs[i].data() : outputs[i].data();
+            if (counts[i]) {  // empty pieces have no memory
+              std::memcpy(out, packed.data() + at * elem, counts[i] * elem);
+            }
+            at += counts[i];
+          }
+        } else {
+          status[r] =
+              group[r]->AllreducePieces(pieces, total, dtype, ReduceOp::kSum);
+        }
+        for (size_t i = 0; i < counts.size(); ++i) {
+          const Bytes& out = i % 2 ? inputs[i] : outputs[i];
+          got[r].insert(got[r].end(), out.begin(), out.end());
+          if (i % 2 == 0) {  // inputs of out-of-place pieces stay untouched
+            at = 0;
+            for (size_t k = 0; k < i; ++k) at += counts[k];
+            EXPECT_TRUE(std::equal(inputs[i].begin(), inputs[i].end(),
+                                   packed_in[r].begin() + at * elem));
+          }
+        }
+      });
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(status[r].ok()) << status[r];
+        EXPECT_EQ(got[r], want[r]) << DataTypeName(dtype) << " rank " << r;
       }
-    });
-    for (int r = 0; r < n; ++r) {
-      ASSERT_TRUE(status[r].ok()) << status[r];
-      EXPECT_EQ(got[r], want[r]) << DataTypeName(dtype) << " rank " << r;
-    }
-    // Small: every rank declines, nothing is exchanged, and the group is
-    // still in step for the next collective.
-    OnEachRank(n, [&](int r) {
-      Bytes a(8 * elem), b(8 * elem);
-      std::vector<FusedPiece> small = {{a.data(), a.data(), 8},
-                                       {b.data(), b.data(), 8}};
-      EXPECT_EQ(group[r]->SupportsAllreducePieces(16, dtype), n == 1);
-      status[r] = group[r]->AllreducePieces(small, 16, dtype, ReduceOp::kSum);
-    });
-    for (int r = 0; r < n; ++r) {
-      if (n == 1) {
-        EXPECT_TRUE(status[r].ok());
-      } else {
-        EXPECT_TRUE(absl::IsUnimplemented(status[r])) << status[r];
+      // Small: every rank declines, nothing is exchanged, and the group is
+      // still in step for the next collective.
+      OnEachRank(n, [&](int r) {
+        Bytes a(8 * elem), b(8 * elem);
+        std::vector<FusedPiece> small = {{a.data(), a.data(), 8},
+                                         {b.data(), b.data(), 8}};
+        EXPECT_EQ(group[r]->SupportsAllreducePieces(16, dtype), n == 1);
+        status[r] = group[r]->AllreducePieces(small, 16, dtype, ReduceOp::kSum);
+      });
+      for (int r = 0; r < n; ++r) {
+        if (n == 1) {
+          EXPECT_TRUE(status[r].ok());
+        } else {
+          EXPECT_TRUE(absl::IsUnimplemented(status[r])) << status[r];
+        }
       }
     }
   }
