@@ -16,15 +16,20 @@ namespace internal {
 // claims the state (one winner), writes the status, publishes it with
 // done_flag_, then looks at blocked_; a sleeper counts itself in blocked_
 // under mu_ before it looks at done_flag_. Both are seq_cst, so either the
-// completer sees the sleeper (and notifies under mu_, which the sleeper
-// holds until it waits) or the sleeper sees done_flag_ and does not sleep.
+// completer sees the sleeper or the sleeper sees done_flag_ and does not
+// sleep. A sleeper holds mu_ from its look until it waits, so once the
+// completer has taken and released mu_ the sleeper waits on cv_ (or has
+// seen the flag); the completer notifies after releasing it. Notified
+// under mu_, a woken sleeper would block again at once on the mutex the
+// completer still holds: on a core shared by the two threads, two more
+// context switches and a system call per wake-up.
 bool WorkState::Complete(absl::Status status, std::vector<int64_t> splits) {
   if (claimed_.exchange(true, std::memory_order_acq_rel)) return false;
   status_ = std::move(status);
   splits_ = std::move(splits);
   done_flag_.store(true, std::memory_order_seq_cst);
   if (blocked_.load(std::memory_order_seq_cst) > 0) {
-    MutexLock lock(&mu_);
+    { MutexLock lock(&mu_); }
     cv_.NotifyAll();
   }
   return true;

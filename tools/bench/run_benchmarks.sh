@@ -11,10 +11,14 @@ out=${1:-/tmp/kolo-bench}
 np=${NP:-2}
 mkdir -p "$out"
 bazel build //tools/kolorun:kolorun //tools/bench:kolo_bench \
-  //tools/bench:negotiation_bench //tools/bench:shm_backend_bench
+  //tools/bench:negotiation_bench //tools/bench:shm_backend_bench \
+  //tools/bench:core_pingpong
 run="bazel-bin/tools/kolorun/kolorun -np $np bazel-bin/tools/bench/kolo_bench"
 { echo "# $(date -u) $(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p')"
-  echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$out/machine.txt"
+  echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # Where the vCPUs sit moves every shared-memory number (docs/benchmarks.md,
+  # round 10).
+  bazel-bin/tools/bench/core_pingpong 2>&1 || true; } > "$out/machine.txt"
 
 # Lone-op latency and bandwidth, every collective, 4 B .. 256 MB.
 $run --ops allreduce --minbytes 4 --maxbytes 256M --stepfactor 4 \
@@ -31,5 +35,6 @@ $run --idle 10 > "$out/idle.txt"
 # The shm backend alone, and the coordinator at scale.
 bazel-bin/tools/bench/shm_backend_bench > "$out/shm_backend.txt"
 bazel-bin/tools/bench/negotiation_bench --cycles 5 > "$out/negotiation.txt"
-echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$out/machine.txt"
+{ echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  bazel-bin/tools/bench/core_pingpong 2>&1 || true; } >> "$out/machine.txt"
 echo "results in $out"
