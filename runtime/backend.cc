@@ -85,6 +85,20 @@ bool BackendRegistry::Has(DeviceType device, const std::string& name) const {
   return false;
 }
 
+void BackendRegistry::SetVersion(DeviceType device, const std::string& name,
+                                 int version) {
+  for (Entry& e : entries_) {
+    if (e.device == device && e.name == name) e.version = version;
+  }
+}
+
+int BackendRegistry::Version(DeviceType device, const std::string& name) const {
+  for (const Entry& e : entries_) {
+    if (e.device == device && e.name == name) return e.version;
+  }
+  return 0;
+}
+
 void BackendRegistry::RegisterProbe(DeviceType device, DeviceProbe probe) {
   probes_.emplace_back(device, std::move(probe));
 }

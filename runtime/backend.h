@@ -209,6 +209,10 @@ class BackendRegistry {
   bool Has(DeviceType device) const;
   // Whether a backend named `name` is registered for `device`.
   bool Has(DeviceType device, const std::string& name) const;
+  // The version of the library behind a backend, as that library codes it
+  // (NCCL_VERSION_CODE for "nccl"); 0 when not registered or not given.
+  void SetVersion(DeviceType device, const std::string& name, int version);
+  int Version(DeviceType device, const std::string& name) const;
   // A device backend's check that a device is usable here.
   void RegisterProbe(DeviceType device, DeviceProbe probe);
   // OK when no probe is registered for the device's type.
@@ -220,6 +224,7 @@ class BackendRegistry {
     std::string name;
     BackendFactory factory;
     BackendSelection selection;
+    int version = 0;
   };
   std::vector<Entry> entries_;
   std::vector<std::pair<DeviceType, DeviceProbe>> probes_;
@@ -233,9 +238,10 @@ struct BackendRegistrar {
                                     selection);
   }
   BackendRegistrar(DeviceType device, std::string name, BackendFactory factory,
-                   DeviceProbe probe)
-      : BackendRegistrar(device, std::move(name), std::move(factory)) {
+                   DeviceProbe probe, int version = 0)
+      : BackendRegistrar(device, name, std::move(factory)) {
     BackendRegistry::Get().RegisterProbe(device, std::move(probe));
+    BackendRegistry::Get().SetVersion(device, name, version);
   }
 };
 

@@ -14,9 +14,34 @@ using Check = std::optional<wire::Response>;
 
 Check SameShape(const Agreement& a) { return a.Same("shape", ShapeOf); }
 
+// Whether the (agreed) dtype and device can take the reduction. Checked
+// here rather than at submit: a rank whose tensor differs from the others'
+// (an int on one, a float on another) then fails together with them.
+Check Reducible(const Agreement& a) {
+  const wire::Request& r = a.first();
+  const DataType dtype = static_cast<DataType>(r.dtype());
+  if (dtype == DataType::kBool) {
+    return a.Error(absl::StatusCode::kInvalidArgument,
+                   "bool tensors are not reduced (broadcast, allgather and "
+                   "alltoall move them); convert to an integer dtype first");
+  }
+  const bool scaled = r.op() == static_cast<int>(ReduceOp::kAverage) ||
+                      r.prescale() != 1.0 || r.postscale() != 1.0;
+  if (scaled && !IsFloatingPoint(dtype) &&
+      static_cast<DeviceType>(r.device_type()) == DeviceType::kCuda) {
+    // Note [Integer scaling] in ops/cpu/reduce.cc: on the CPU only.
+    return a.Error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("an average or scale factor of integer ",
+                                DataTypeName(dtype),
+                                " tensors runs on CPU tensors only; on CUDA "
+                                "use op sum, or a floating-point tensor"));
+  }
+  return std::nullopt;
+}
+
 Check SameReduction(const Agreement& a) {
   Check e;
-  if ((e = a.Same("shape", ShapeOf)) ||
+  if ((e = Reducible(a)) || (e = a.Same("shape", ShapeOf)) ||
       (e = a.Same("reduce op",
                   [](const wire::Request& r) {
                     return std::string(
@@ -34,14 +59,31 @@ Check SameReduction(const Agreement& a) {
   return std::nullopt;
 }
 
+// A broadcast request names its root by the root's rank in the set, or by
+// -1 - r for rank r of the job outside the set (Runtime::Broadcast takes
+// the root as a rank of the job, as Horovod does). Messages name ranks of
+// the job.
+int RootInJob(const Agreement& a, const wire::Request& r) {
+  if (r.root() < 0) return -1 - r.root();
+  return r.root() < a.size() ? a.label(r.root()) : r.root();
+}
+
 Check SameRootAndShape(const Agreement& a) {
   Check e;
   if ((e = a.Same("root",
-                  [](const wire::Request& r) {
-                    return absl::StrCat("root ", r.root());
+                  [&a](const wire::Request& r) {
+                    return absl::StrCat("root ", RootInJob(a, r));
                   })) ||
       (e = a.Same("shape", ShapeOf))) {
     return e;
+  }
+  if (a.first().root() < 0) {
+    std::vector<int> members;
+    for (int i = 0; i < a.size(); ++i) members.push_back(a.label(i));
+    return a.Error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("root rank ", RootInJob(a, a.first()),
+                                " is not a member of the process set (ranks ",
+                                absl::StrJoin(members, ", "), ")"));
   }
   return std::nullopt;
 }
@@ -109,7 +151,7 @@ void FillAllreduce(const Agreement& a, wire::Response* r) {
 }
 
 void FillBroadcast(const Agreement& a, wire::Response* r) {
-  r->set_root(a.first().root());
+  r->set_root(a.first().root());  // a rank of the set
   r->add_elements(Elements(a.first()));
 }
 

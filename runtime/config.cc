@@ -658,6 +658,10 @@ absl::Status ValidateOptions(const Options& o) {
   if (o.fusion_threshold_bytes < 0) {
     return absl::InvalidArgumentError("fusion threshold must be >= 0 bytes");
   }
+  if (o.incarnation < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("incarnation must be >= 0, got ", o.incarnation));
+  }
   if (o.op_timeout <= absl::ZeroDuration() ||
       o.start_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");

@@ -1,6 +1,8 @@
 // The public Runtime: argument checks, then hand-off to RuntimeImpl.
 #include "kolo/runtime.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/backend.h"
@@ -86,29 +88,13 @@ wire::Request BaseRequest(wire::CollectiveType type, const std::string& name,
   return r;
 }
 
-// Average and scale factors need a floating-point dtype.
+// The reduce op must be one kolo knows. Whether the dtype can be reduced
+// (bool cannot) is checked in negotiation (collectives.cc), so that a rank
+// whose tensor differs from the others' fails together with them.
 absl::Status CheckReduction(const char* op, const std::string& name,
-                            DataType dtype, ReduceOp reduce, double prescale,
-                            double postscale) {
+                            ReduceOp reduce) {
   if (static_cast<int>(reduce) < 0 || static_cast<int>(reduce) > 4) {
     return Invalid(op, name, "unknown reduce op");
-  }
-  if (IsFloatingPoint(dtype)) return absl::OkStatus();
-  if (dtype == DataType::kBool) {
-    return Invalid(op, name,
-                   "bool tensors are not reduced (broadcast, allgather and "
-                   "alltoall move them); convert to an integer dtype first");
-  }
-  if (reduce == ReduceOp::kAverage) {
-    return Invalid(op, name,
-                   absl::StrCat("average is not defined for integer dtype ",
-                                DataTypeName(dtype), "; use sum and divide"));
-  }
-  if (prescale != 1.0 || postscale != 1.0) {
-    return Invalid(op, name,
-                   absl::StrCat("scale factors other than 1 are not defined "
-                                "for integer dtype ",
-                                DataTypeName(dtype)));
   }
   return absl::OkStatus();
 }
@@ -133,8 +119,7 @@ absl::Status CheckAllreduceTensors(const AllreduceRequest& req) {
                                 DataTypeName(req.input.dtype),
                                 ShapeToString(req.input.shape), ")"));
   }
-  return CheckReduction(op, req.name, req.input.dtype, req.op, req.prescale,
-                        req.postscale);
+  return CheckReduction(op, req.name, req.op);
 }
 
 absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req) {
@@ -241,15 +226,21 @@ absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "tensor", req.tensor));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
-  if (req.root < 0 || req.root >= (*set)->size()) {
+  if (req.root < 0) {
     return Invalid(op, req.name,
-                   absl::StrCat("root ", req.root,
-                                " is not a rank of the process set (size ",
-                                (*set)->size(), ")"));
+                   absl::StrCat("root ", req.root, " is not a rank"));
   }
+  // The root, a rank of the job, travels as its rank in the set, or as
+  // -1 - root when it is not a member: negotiation refuses that on every
+  // rank (collectives.cc), since the ranks may disagree on the root.
+  const std::vector<int>& ranks = (*set)->ranks;  // sorted
+  const auto member = std::lower_bound(ranks.begin(), ranks.end(), req.root);
+  const int root = member != ranks.end() && *member == req.root
+                       ? static_cast<int>(member - ranks.begin())
+                       : -1 - req.root;
   TensorEntry entry;
   entry.request = BaseRequest(wire::BROADCAST, req.name, req.tensor);
-  entry.request.set_root(req.root);
+  entry.request.set_root(root);
   entry.request.set_process_set(req.process_set);
   entry.input = req.tensor;
   entry.output = req.tensor;
@@ -329,8 +320,7 @@ absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
   const char* op = "reducescatter";
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "input", req.input));
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
-  KOLO_RETURN_IF_ERROR(CheckReduction(op, req.name, req.input.dtype, req.op,
-                                      req.prescale, req.postscale));
+  KOLO_RETURN_IF_ERROR(CheckReduction(op, req.name, req.op));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const std::vector<int64_t> want =

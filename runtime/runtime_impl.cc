@@ -214,16 +214,29 @@ absl::Status RuntimeImpl::Start() {
   // that a worker still in an older generation that reaches a newer one's
   // ports fails the handshake like a stranger. The store itself is
   // authenticated with the job secret: it serves every generation.
-  store_ = NewPrefixStore(
-      options_.generation > 0 ? absl::StrCat("kolo/g", options_.generation)
-                              : std::string("kolo"),
-      base);
-  const std::string channel_secret =
-      options_.generation > 0
-          ? net::HmacSha256(options_.secret)
-                .MacString({"kolo generation ",
-                            absl::StrCat(options_.generation)})
-          : options_.secret;
+  // A process that joins again after its Shutdown (Options::incarnation
+  // k > 0) is kept apart the same way, under "kolo/i<k>" and with a key of
+  // its own, so that its rank claim does not meet its earlier one.
+  std::string prefix = "kolo";
+  if (options_.incarnation > 0) {
+    absl::StrAppend(&prefix, "/i", options_.incarnation);
+  }
+  if (options_.generation > 0) {
+    absl::StrAppend(&prefix, "/g", options_.generation);
+  }
+  store_ = NewPrefixStore(prefix, base);
+  std::string channel_secret = options_.secret;
+  if (options_.incarnation > 0) {
+    channel_secret = net::HmacSha256(options_.secret)
+                         .MacString({"kolo incarnation ",
+                                     absl::StrCat(options_.incarnation),
+                                     " generation ",
+                                     absl::StrCat(options_.generation)});
+  } else if (options_.generation > 0) {
+    channel_secret = net::HmacSha256(options_.secret)
+                         .MacString({"kolo generation ",
+                                     absl::StrCat(options_.generation)});
+  }
   if (options_.size > 1) {
     absl::Status joined = ClaimRank(*store_, options_);
     if (!joined.ok()) return joined;
@@ -616,6 +629,24 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
         absl::StrCat("Shutdown timed out after ", FormatSeconds(timeout),
                      " waiting for ", waiting_for, " to shut down")));
     StopLoop(absl::Now() + absl::Milliseconds(100));
+  } else if (options_.host_store && options_.size > 1 && !options_.store) {
+    // Note [Rank 0's store at shutdown]: every rank has asked to shut
+    // down, so nobody needs the store any more. Rank 0 closes the store it
+    // hosts now, and the others return only once they have seen it closed:
+    // a rank that joins again at once (init() after shutdown()) can then
+    // reach only rank 0's next store, never the one that is going away.
+    if (store_server_) {
+      store_server_->Stop();
+    } else {
+      // No one sets this key: the Get ends when the store closes.
+      absl::Status closed =
+          store_->Get("store.closed", deadline - absl::Now()).status();
+      if (absl::IsDeadlineExceeded(closed)) {
+        logger_.Warning(absl::StrCat(
+            "Shutdown: rank 0's rendezvous store was still open after ",
+            FormatSeconds(timeout)));
+      }
+    }
   }
   timeline_.Stop();
   if (control_) control_->Close();

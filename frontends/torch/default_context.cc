@@ -16,6 +16,10 @@ namespace {
 struct DefaultInstance {
   Mutex mu;
   std::shared_ptr<Context> context KOLO_GUARDED_BY(mu);
+  // init()s so far: the next one joins the job as that incarnation
+  // (kolo::Options::incarnation), every rank counting alike, since they all
+  // shut down and init again together.
+  int64_t inits KOLO_GUARDED_BY(mu) = 0;
 };
 
 DefaultInstance& Default() {
@@ -26,15 +30,24 @@ DefaultInstance& Default() {
 }  // namespace
 
 void init() {
-  DefaultInstance& d = Default();
-  MutexLock lock(&d.mu);
-  if (!d.context) d.context = Context::FromEnvironment();
+  absl::StatusOr<kolo::Options> options =
+      kolo::Runtime::OptionsFromEnvironment();
+  if (!options.ok()) throw Error(options.status());
+  init(*options);
 }
 
 void init(const kolo::Options& options) {
   DefaultInstance& d = Default();
   MutexLock lock(&d.mu);
-  if (!d.context) d.context = Context::Create(options);
+  if (d.context) return;
+  kolo::Options joining = options;
+  // init() after shutdown() joins again, as the next incarnation; an
+  // elastic job's generations keep its joins apart already.
+  if (joining.incarnation == 0 && joining.elastic_id < 0) {
+    joining.incarnation = d.inits;
+  }
+  ++d.inits;
+  d.context = Context::Create(joining);
 }
 
 bool is_initialized() {

@@ -48,6 +48,10 @@ struct GradientReducer::State {
     int passes = 0;    // backward passes since the last synchronize
     at::Tensor wire;   // the compressed gradient in flight (compression only)
     size_t group = 0;  // index into groups
+    // A sparse gradient in flight (Note [Sparse gradients]): its shape; the
+    // group's handle gathers the indices, `values` the values.
+    std::vector<int64_t> sparse_shape;
+    Handle values;
   };
   // Gradients submitted together: one allreduce for a group of one, one
   // grouped allreduce otherwise.
@@ -133,10 +137,10 @@ struct GradientReducer::State {
       if (!options.sparse_as_dense()) {
         throw Invalid(absl::StrCat(
             "\"", slot.name,
-            "\" has a sparse gradient, and kolo allreduces dense tensors "
-            "only: set sparse_as_dense (DistributedOptimizerOptions()."
-            "sparse_as_dense(true) in C++, sparse_as_dense=True in Python) or "
-            "use a dense layer"));
+            "\" has a sparse gradient in a group of several, which are "
+            "allreduced as dense tensors: give it a group of its own or set "
+            "sparse_as_dense (DistributedOptimizerOptions().sparse_as_dense("
+            "true) in C++, sparse_as_dense=True in Python)"));
       }
       grad = grad.to_dense();
       slot.param.mutable_grad() = grad;
@@ -159,6 +163,11 @@ struct GradientReducer::State {
     const double prescale = 1.0 / f, postscale = f;
     if (group.members.size() == 1) {
       Slot& slot = slots[group.members[0]];
+      const at::Tensor& grad = slot.param.grad();
+      if (grad.defined() && grad.is_sparse() && !options.sparse_as_dense()) {
+        SubmitSparseLocked(slot, group);
+        return;
+      }
       group.handle = context->allreduce_async_(
           WireTensorLocked(slot), AllreduceOptions()
                                       .name(slot.name)
@@ -183,6 +192,40 @@ struct GradientReducer::State {
                        .process_set(options.process_set()));
     }
     group.submitted = true;
+  }
+
+  // Note [Sparse gradients]
+  // As Horovod's sparse_allreduce_async: the coalesced gradient's indices
+  // (transposed, so that rows are entries) and values are allgathered from
+  // every rank of the set; FinishSparseLocked concatenates them into one
+  // sparse gradient and coalesces it (duplicates summed). Every rank
+  // gathers the same entries in the same order, so every rank's coalesced
+  // sum is the same bits.
+  void SubmitSparseLocked(Slot& slot, Group& group) KOLO_REQUIRES(mu) {
+    at::Tensor grad = slot.param.grad().coalesce();
+    slot.sparse_shape = grad.sizes().vec();
+    group.handle = context->allgather_async(
+        grad.indices().t().contiguous(),
+        AllgatherOptions()
+            .name(slot.name + ".indices")
+            .process_set(options.process_set()));
+    group.submitted = true;
+    slot.values = context->allgather_async(
+        grad.values().contiguous(), AllgatherOptions()
+                                         .name(slot.name + ".values")
+                                         .process_set(options.process_set()));
+  }
+
+  void FinishSparseLocked(Slot& slot, Group& group) KOLO_REQUIRES(mu) {
+    at::Tensor indices = group.handle.wait().t();
+    at::Tensor values = slot.values.wait();
+    if (options.op() == ReduceOp::kAverage) {
+      const int64_t n = static_cast<int64_t>(
+          context->process_set_ranks(options.process_set()).size());
+      values = values / n;
+    }
+    slot.param.mutable_grad() =
+        at::sparse_coo_tensor(indices, values, slot.sparse_shape).coalesce();
   }
 
   bool AnySubmittedLocked() const KOLO_REQUIRES(mu) {
@@ -272,19 +315,30 @@ struct GradientReducer::State {
     // left writing into a gradient.
     for (Group& group : groups) {
       if (group.submitted) {
+        Slot& first = slots[group.members[0]];
         try {
-          group.handle.wait();
+          if (!first.sparse_shape.empty()) {
+            FinishSparseLocked(first, group);
+          } else {
+            group.handle.wait();
+          }
           for (size_t i : group.members) {
             Slot& slot = slots[i];
             if (slot.wire.defined()) slot.param.grad().copy_(slot.wire);
           }
         } catch (const Error& e) {
           if (!first_error) first_error = e;
+          // The values' allgather too is over before we go on.
+          if (!first.sparse_shape.empty()) first.values.block();
         }
       }
       group.submitted = false;
       group.handle = Handle();
-      for (size_t i : group.members) slots[i].wire = at::Tensor();
+      for (size_t i : group.members) {
+        slots[i].wire = at::Tensor();
+        slots[i].sparse_shape.clear();
+        slots[i].values = Handle();
+      }
     }
     ResetPassesLocked();
     synchronized = true;
@@ -421,6 +475,12 @@ void GradientReducer::reset() {
     if (group.submitted) group.handle.block();
     group.submitted = false;
     group.handle = Handle();
+    for (size_t i : group.members) {
+      State::Slot& slot = state_->slots[i];
+      if (!slot.sparse_shape.empty()) slot.values.block();
+      slot.values = Handle();
+      slot.sparse_shape.clear();
+    }
   }
   state_->hook_error.reset();
   state_->ResetPassesLocked();

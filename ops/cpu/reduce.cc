@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace kolo {
@@ -422,6 +423,32 @@ void ScaleLoop(T* __restrict data, size_t count, T factor) {
   for (size_t i = 0; i < count; ++i) data[i] *= factor;
 }
 
+// Note [Integer scaling]
+// An integer tensor is scaled as Horovod scales it (its ScaleBuffer): each
+// element times the factor in double, converted back to the element type
+// by truncation toward zero. Where C++'s conversion is undefined (a NaN, or
+// a value outside the type's range) the result is 0 for NaN and the type's
+// nearest limit otherwise, so that every rank computes the same bits.
+template <typename T>
+void ScaleIntLoop(T* __restrict data, size_t count, double factor) {
+  constexpr double kLow = static_cast<double>(std::numeric_limits<T>::min());
+  // max() + 1 is a power of two, exact in double; max() itself may not be.
+  constexpr double kHighExclusive =
+      static_cast<double>(std::numeric_limits<T>::max() / 2 + 1) * 2.0;
+  for (size_t i = 0; i < count; ++i) {
+    const double v = static_cast<double>(data[i]) * factor;
+    if (v != v) {
+      data[i] = 0;
+    } else if (v <= kLow) {
+      data[i] = std::numeric_limits<T>::min();
+    } else if (v >= kHighExclusive) {
+      data[i] = std::numeric_limits<T>::max();
+    } else {
+      data[i] = static_cast<T>(v);  // truncates toward zero
+    }
+  }
+}
+
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
 void Scale16(uint16_t* __restrict data, size_t count, float factor) {
   for (size_t i = 0; i < count; ++i) {
@@ -442,7 +469,7 @@ void Reduce(ReduceOp op, DataType dtype, void* out, const void* a,
     case DataType::kInt16:
       return ReduceInt<int16_t>(op, out, a, b, count);
     case DataType::kBool:
-      // Never reduced: the runtime rejects reductions of bool at submit.
+      // Never reduced: negotiation refuses reductions of bool.
       assert(false && "Reduce() on bool");
       return;
     case DataType::kInt32:
@@ -506,15 +533,20 @@ void Scale(DataType dtype, void* data, size_t count, double factor) {
                        static_cast<float>(factor));
     case DataType::kFloat64:
       return ScaleLoop(static_cast<double*>(data), count, factor);
+    // Note [Integer scaling].
     case DataType::kUint8:
+      return ScaleIntLoop(static_cast<uint8_t*>(data), count, factor);
     case DataType::kInt8:
+      return ScaleIntLoop(static_cast<int8_t*>(data), count, factor);
     case DataType::kInt16:
+      return ScaleIntLoop(static_cast<int16_t*>(data), count, factor);
     case DataType::kInt32:
+      return ScaleIntLoop(static_cast<int32_t*>(data), count, factor);
     case DataType::kInt64:
+      return ScaleIntLoop(static_cast<int64_t*>(data), count, factor);
     case DataType::kBool:
-      // Integer tensors are never scaled: the runtime rejects averaging and
-      // scale factors for them before any data moves.
-      assert(false && "Scale() on an integer dtype");
+      // Never reduced: negotiation refuses reductions of bool.
+      assert(false && "Scale() on bool");
       return;
   }
 }

@@ -30,8 +30,10 @@ void Reduce(ReduceOp op, DataType dtype, void* out, const void* a,
 void ReduceMany(ReduceOp op, DataType dtype, void* out,
                 const void* const* inputs, size_t n, size_t count);
 
-// data[i] *= factor, computed in double for float64, float otherwise
-// (float16/bfloat16 converted to float and back). Floating point only.
+// data[i] *= factor, computed in double for float64 and the integer types,
+// float otherwise (float16/bfloat16 converted to float and back). Integers
+// are truncated toward zero and clamped to their range (Note [Integer
+// scaling] in reduce.cc); bool is never scaled.
 void Scale(DataType dtype, void* data, size_t count, double factor);
 
 // IEEE half / bfloat16 conversions (round to nearest even; NaN preserved).

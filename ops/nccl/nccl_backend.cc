@@ -643,7 +643,7 @@ absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendContext& context) {
 }
 
 const BackendRegistrar kRegistrar(DeviceType::kCuda, "nccl", Create,
-                                  ProbeCudaDevice);
+                                  ProbeCudaDevice, NCCL_VERSION_CODE);
 
 }  // namespace
 

@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
       auto w = rt.Broadcast(b);
       report("root", w.ok() ? w->Wait() : w.status());
       b.name = "root-range";
-      b.root = n;  // not a rank: rejected at once, locally
+      b.root = n;  // not a member: refused in negotiation, on every rank
       w = rt.Broadcast(b);
       report("root-range", w.ok() ? w->Wait() : w.status());
     }

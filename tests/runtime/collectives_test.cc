@@ -52,7 +52,9 @@ double Expected(ReduceOp op, DataType dtype, int size, size_t i) {
       default: acc += v;
     }
   }
-  return op == ReduceOp::kAverage ? acc / size : acc;
+  if (op != ReduceOp::kAverage) return acc;
+  // Integers as Horovod averages them (Note [Integer scaling]).
+  return IsFloatingPoint(dtype) ? acc / size : std::trunc(acc * (1.0 / size));
 }
 
 std::vector<ReduceOp> AllOps() {
@@ -72,7 +74,6 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
   std::vector<Case> cases;
   for (DataType dtype : testing::AllDataTypes()) {
     for (ReduceOp op : AllOps()) {
-      if (op == ReduceOp::kAverage && !IsFloatingPoint(dtype)) continue;
       for (size_t count : {0, 1, 7, 1001}) {
         cases.push_back({absl::StrCat(DataTypeName(dtype), "/",
                                       ReduceOpName(op), "/", count),
@@ -116,7 +117,7 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
       for (size_t i = 0; i < c.count; ++i) {
         const double want = Expected(c.op, c.dtype, n, i);
         const double tol =
-            c.op == ReduceOp::kAverage
+            c.op == ReduceOp::kAverage && IsFloatingPoint(c.dtype)
                 ? (DataTypeSize(c.dtype) == 2 ? 1e-2 : 1e-6) * std::abs(want)
                 : 0;
         ASSERT_NEAR(out[k].at(i), want, tol)
@@ -252,31 +253,142 @@ TEST_P(Collectives, AllgatherUnevenFirstDimension) {
   testing::ShutdownJob(rts);
 }
 
+// Horovod's integer scaling (Note [Integer scaling] in ops/cpu/reduce.cc):
+// each scale in double, truncated toward zero and clamped to the type.
+double HorovodScaled(DataType dtype, double v, double factor) {
+  const double x = v * factor;
+  const double low = dtype == DataType::kUint8  ? 0
+                     : dtype == DataType::kInt8 ? -128
+                     : dtype == DataType::kInt16 ? -32768
+                                                 : -1e300;
+  const double high = dtype == DataType::kUint8  ? 255
+                      : dtype == DataType::kInt8 ? 127
+                      : dtype == DataType::kInt16 ? 32767
+                                                  : 1e300;
+  return std::min(high, std::max(low, std::trunc(x)));
+}
+
+// Averages and scale factors of every integer dtype give Horovod's results
+// (2 and 3 average to 2, -3 and -2 to -2), in allreduce and reducescatter,
+// bitwise alike on every rank.
+TEST_P(Collectives, IntegerAveragesAndScaleFactorsAsHorovod) {
+  const int n = size();
+  auto rts = testing::StartJob(n);
+  struct Case {
+    ReduceOp op;
+    double prescale, postscale;
+  };
+  const Case cases[] = {{ReduceOp::kAverage, 1.0, 1.0},
+                        {ReduceOp::kAverage, 0.5, 3.0},
+                        {ReduceOp::kSum, 1.0, 0.4},
+                        {ReduceOp::kSum, 1.7, 1.0},
+                        {ReduceOp::kSum, 1.0, 300.0}};  // clamps small types
+  const DataType dtypes[] = {DataType::kUint8, DataType::kInt8,
+                             DataType::kInt16, DataType::kInt32,
+                             DataType::kInt64};
+  constexpr size_t kCount = 6;
+  // Rank r's element i; uint8 gets no negative values.
+  auto input = [](DataType dtype, int r, size_t i) {
+    const double v = static_cast<double>(r + 2 * i) - 3;
+    return dtype == DataType::kUint8 ? std::abs(v) : v;
+  };
+  std::vector<std::vector<std::vector<uint8_t>>> results(n);
+  OnEachRank(n, [&](int r) {
+    for (DataType dtype : dtypes) {
+      for (size_t c = 0; c < std::size(cases); ++c) {
+        const Case& k = cases[c];
+        Buffer in(dtype, kCount), out(dtype, kCount);
+        for (size_t i = 0; i < kCount; ++i) in.set(i, input(dtype, r, i));
+        AllreduceRequest req;
+        req.name = absl::StrCat("int/", DataTypeName(dtype), "/", c);
+        req.op = k.op;
+        req.prescale = k.prescale;
+        req.postscale = k.postscale;
+        req.input = TensorView(in.data(), dtype, {kCount});
+        req.output = TensorView(out.data(), dtype, {kCount});
+        auto w = rts[r]->Allreduce(req);
+        ASSERT_TRUE(w.ok()) << req.name << ": " << w.status();
+        ASSERT_TRUE(w->Wait(absl::Seconds(60)).ok()) << w->status();
+        const double post =
+            k.op == ReduceOp::kAverage ? k.postscale / n : k.postscale;
+        for (size_t i = 0; i < kCount; ++i) {
+          double sum = 0;
+          for (int q = 0; q < n; ++q) {
+            const double x = input(dtype, q, i);
+            sum += k.prescale == 1.0 ? x : HorovodScaled(dtype, x, k.prescale);
+          }
+          ASSERT_EQ(out.at(i), post == 1.0 ? sum : HorovodScaled(dtype, sum, post))
+              << req.name << " element " << i << " on rank " << r;
+        }
+        results[r].push_back(out.bytes);
+
+        // Reducescatter: rank r's share of the rows, averaged alike.
+        const std::vector<int64_t> shape = {static_cast<int64_t>(n), 2};
+        Buffer rs_in(dtype, 2 * n), rs_out(dtype, 2);
+        for (int i = 0; i < 2 * n; ++i) rs_in.set(i, input(dtype, r, i));
+        ReducescatterRequest rs;
+        rs.name = absl::StrCat("int/rs/", DataTypeName(dtype), "/", c);
+        rs.op = k.op;
+        rs.prescale = k.prescale;
+        rs.postscale = k.postscale;
+        rs.input = TensorView(rs_in.data(), dtype, shape);
+        rs.output = TensorView(rs_out.data(), dtype, {1, 2});
+        auto rw = rts[r]->Reducescatter(rs);
+        ASSERT_TRUE(rw.ok()) << rs.name << ": " << rw.status();
+        ASSERT_TRUE(rw->Wait(absl::Seconds(60)).ok()) << rw->status();
+        for (size_t j = 0; j < 2; ++j) {
+          double sum = 0;
+          for (int q = 0; q < n; ++q) {
+            const double x = input(dtype, q, 2 * r + j);
+            sum += k.prescale == 1.0 ? x : HorovodScaled(dtype, x, k.prescale);
+          }
+          ASSERT_EQ(rs_out.at(j),
+                    post == 1.0 ? sum : HorovodScaled(dtype, sum, post))
+              << rs.name << " element " << j << " on rank " << r;
+        }
+      }
+    }
+  });
+  for (int r = 1; r < n; ++r) EXPECT_EQ(results[r], results[0]);
+  testing::ShutdownJob(rts);
+}
+
+// A broadcast's root is a rank of the job; one outside the set fails on
+// every rank, naming the set's ranks.
+TEST_P(Collectives, BroadcastRootOutsideTheSetFailsOnEveryRank) {
+  const int n = size();
+  auto rts = testing::StartJob(n);
+  OnEachRank(n, [&](int r) {
+    int32_t ints[4] = {1, 2, 3, 4};
+    BroadcastRequest root;
+    root.name = "bad/root";
+    root.root = n;
+    root.tensor = TensorView(ints, DataType::kInt32, {4});
+    auto b = rts[r]->Broadcast(root);
+    ASSERT_TRUE(b.ok()) << b.status();
+    const absl::Status s = b->Wait(absl::Seconds(60));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(absl::StrCat(
+                  "broadcast \"bad/root\": root rank ", n,
+                  " is not a member of the process set (ranks 0")),
+              std::string::npos)
+        << s;
+    EXPECT_EQ(ints[0], 1);
+  });
+  testing::ShutdownJob(rts);
+}
+
 TEST_P(Collectives, RejectsBadRequestsAtOnce) {
   const int n = size();
   auto rts = testing::StartJob(n);
   int32_t ints[4] = {1, 2, 3, 4};
-  AllreduceRequest avg;
-  avg.name = "int/avg";
-  avg.op = ReduceOp::kAverage;
-  avg.input = avg.output = TensorView(ints, DataType::kInt32, {4});
-  auto w = rts[0]->Allreduce(avg);
+  AllreduceRequest bad_op;
+  bad_op.name = "int/op";
+  bad_op.op = static_cast<ReduceOp>(9);
+  bad_op.input = bad_op.output = TensorView(ints, DataType::kInt32, {4});
+  auto w = rts[0]->Allreduce(bad_op);
   ASSERT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(w.status().message().find("int/avg"), std::string::npos);
-
-  AllreduceRequest scaled = avg;
-  scaled.op = ReduceOp::kSum;
-  scaled.postscale = 0.5;
-  EXPECT_EQ(rts[0]->Allreduce(scaled).status().code(),
-            absl::StatusCode::kInvalidArgument);
-
-  BroadcastRequest root;
-  root.name = "bad/root";
-  root.root = n;
-  root.tensor = TensorView(ints, DataType::kInt32, {4});
-  auto b = rts[0]->Broadcast(root);
-  ASSERT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(b.status().message().find("root"), std::string::npos);
+  EXPECT_NE(w.status().message().find("int/op"), std::string::npos);
 
   AllreduceRequest null_data;
   null_data.name = "null";

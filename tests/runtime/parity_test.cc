@@ -267,12 +267,12 @@ TEST(ProcessSets, RuntimeAndStartupSets) {
   EXPECT_EQ(*rts[0]->ProcessSetRanks(3), (std::vector<int>{1, 3}));
   OnEachRank(n, [&](int r) {
     // Startup sets: {0,1} is set 1, {2,3} is set 2; broadcast from the
-    // set's rank 1 (global rank 1 or 3).
+    // set's rank 1 (named by its rank in the job: 1 or 3).
     const int set = r < 2 ? 1 : 2;
     std::vector<float> v(4, static_cast<float>(r));
     BroadcastRequest b;
     b.name = "ps/bcast";
-    b.root = 1;
+    b.root = r < 2 ? 1 : 3;
     b.process_set = set;
     b.tensor = TensorView(v.data(), DataType::kFloat32, {4});
     ASSERT_TRUE(rts[r]->Broadcast(b)->Wait(absl::Seconds(30)).ok());

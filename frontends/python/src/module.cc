@@ -211,6 +211,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("cross_rank", [] { return cross_rank(); });
   m.def("cross_size", [] { return cross_size(); });
   m.def("built", &Built, "Whether this build has a backend: cuda, nccl, gloo");
+  m.def("nccl_version", [] {
+    return kolo::BackendRegistry::Get().Version(kolo::DeviceType::kCuda, "nccl");
+  }, "NCCL_VERSION_CODE of the NCCL this build uses (e.g. 22803); 0: none");
   // The runtime's counters (benchmarks, diagnostics).
   m.def("stats", [] {
     const kolo::RuntimeStats s = default_context()->runtime().stats();

@@ -303,12 +303,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::Enqueue(
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   at::Tensor t = One(tensors, "broadcast");
+  // torch names the root by its rank in the group, kolo by its rank in the
+  // job.
+  int root = static_cast<int>(opts.rootRank);
+  if (set_ != kGlobalProcessSet) {
+    const std::vector<int> ranks = context_->process_set_ranks(set_);
+    if (root < 0 || root >= static_cast<int>(ranks.size())) {
+      Refuse(absl::StrCat("broadcast: root ", root, " is not a rank of this "
+                          "group of ", ranks.size()));
+    }
+    root = ranks[root];
+  }
   const std::string name = NextName();
   Handle h = context_->broadcast_async_(
-      t, BroadcastOptions()
-             .name(name)
-             .root(static_cast<int>(opts.rootRank))
-             .process_set(set_));
+      t, BroadcastOptions().name(name).root(root).process_set(set_));
   return Enqueue(c10d::OpType::BROADCAST, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};

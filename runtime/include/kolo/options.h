@@ -124,6 +124,14 @@ struct Options {
   // secret and g (Note [Generations] in runtime_impl.cc), so that a worker
   // of another generation can neither join it nor pass for one of its ranks.
   int64_t generation = 0;
+  // How many times this process joined this job before: a frontend's
+  // init() after shutdown() joins again as incarnation 1, 2, ... (every
+  // rank of the job shuts down and joins as often). An incarnation k > 0
+  // keeps its rendezvous keys apart ("kolo/i<k>/...") and derives its
+  // control channel's key from the secret and k, as a generation does
+  // (Note [Generations] in runtime_impl.cc), so that its rank claims and
+  // addresses never meet those of an earlier one.
+  int64_t incarnation = 0;
   // This worker's id in an elastic job (KOLO_ELASTIC_ID), stable across
   // generations; -1: not an elastic job.
   int64_t elastic_id = -1;

@@ -37,7 +37,9 @@ namespace kolo {
 
 // Every request names a process set: 0 (kGlobalProcessSet) is the whole
 // job; others come from Options::process_sets or AddProcessSet(). Ranks in
-// requests (broadcast root) are ranks within the process set.
+// requests (broadcast root) are ranks of the job, as in Horovod; a root
+// that is not a member of the set fails on every rank of the set, naming
+// the set's ranks.
 constexpr int kGlobalProcessSet = 0;
 
 struct AllreduceRequest {
@@ -45,8 +47,12 @@ struct AllreduceRequest {
   TensorView input;
   TensorView output;    // Same dtype/shape as input; may alias input.
   ReduceOp op = ReduceOp::kSum;
-  // result = postscale * reduce(prescale * input_r). Floating point only
-  // unless both are 1.
+  // result = postscale * reduce(prescale * input_r). kAverage divides by
+  // the number of ranks that contributed (a scale factor like the others).
+  // Integer tensors are scaled as Horovod scales them: each scaling in
+  // double, truncated toward zero to the integer type and clamped to its
+  // range (an integer average of 1 and 2 is 1); on CUDA tensors integers
+  // take neither kAverage nor scale factors. bool is not reduced.
   double prescale = 1.0;
   double postscale = 1.0;
   int process_set = kGlobalProcessSet;
@@ -55,7 +61,7 @@ struct AllreduceRequest {
 struct BroadcastRequest {
   std::string name;
   TensorView tensor;  // Read on `root`, overwritten on every other rank.
-  int root = 0;       // Rank within the process set.
+  int root = 0;       // Rank of the job (a member of the process set).
   int process_set = kGlobalProcessSet;
 };
 

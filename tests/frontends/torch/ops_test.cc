@@ -319,7 +319,8 @@ TEST_P(TorchOps, ReducescatterGivesEachRankItsShare) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, TorchOps, ::testing::Values(1, 2, 3));
 
 // Ranks 0 and 2 of 3 form a set: its collectives see only them (a root is a
-// rank within the set), while rank 1 uses the global set meanwhile.
+// rank of the job, as in Horovod), while rank 1 uses the global set
+// meanwhile.
 TEST(TorchProcessSets, CollectivesWithinASet) {
   Contexts ctx = StartContexts(3);
   OnEachRank(3, [&](int rank) {
@@ -341,8 +342,19 @@ TEST(TorchProcessSets, CollectivesWithinASet) {
     EXPECT_TRUE(at::equal(sum, at::full({2}, 4.0)));  // ranks 0 and 2: 1 + 3
     at::Tensor b = ctx[rank]->broadcast(
         at::full({1}, rank, at::kInt),
-        BroadcastOptions().name("b").root(1).process_set(set));
-    EXPECT_EQ(b.item<int>(), 2);  // set rank 1 is global rank 2
+        BroadcastOptions().name("b").root(2).process_set(set));
+    EXPECT_EQ(b.item<int>(), 2);  // global rank 2 is the set's rank 1
+    // A root outside the set fails on every member, naming the set's ranks.
+    try {
+      ctx[rank]->broadcast(at::zeros({1}),
+                           BroadcastOptions().name("b1").root(1).process_set(set));
+      ADD_FAILURE() << "a root outside the set was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(
+                                "root rank 1 is not a member of the process "
+                                "set (ranks 0, 2)"));
+    }
     at::Tensor share = ctx[rank]->reducescatter(
         at::arange(4, at::kFloat),
         ReducescatterOptions().name("r").op(ReduceOp::kSum).process_set(set));
@@ -452,12 +464,12 @@ TEST(TorchErrors, SubmitErrorCarriesTheRuntimesMessage) {
   request.name = "ints";
   request.input = request.output =
       kolo::TensorView(ints.data_ptr(), kolo::DataType::kInt32, {4});
-  request.op = ReduceOp::kAverage;
+  request.op = static_cast<ReduceOp>(9);
   absl::StatusOr<kolo::Work> direct = ctx[0]->runtime().Allreduce(request);
   ASSERT_FALSE(direct.ok());
   try {
-    ctx[0]->allreduce(ints, AllreduceOptions().name("ints"));
-    ADD_FAILURE() << "average of int32 did not throw";
+    ctx[0]->allreduce(ints, AllreduceOptions().name("ints").op(request.op));
+    ADD_FAILURE() << "an unknown reduce op did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), std::string(direct.status().message()));
     EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument);

@@ -331,38 +331,54 @@ TEST(DataParallel, CompressionAndPredivision) {
   ShutdownContexts(ctx);
 }
 
-TEST(DataParallel, SparseGradientsFailUnlessDensified) {
+// Sparse gradients (Note [Sparse gradients] in gradient_reducer.cc): an
+// allgather of indices and values, summed into one coalesced sparse
+// gradient (averaged), as Horovod does; with sparse_as_dense a dense
+// allreduce; in a group of several, an error.
+TEST(DataParallel, SparseGradientsAreGatheredOrDensified) {
   Contexts ctx = StartContexts(2);
   OnEachRank(2, [&](int rank) {
     at::Tensor ids = at::tensor({rank, 2}, at::kLong);
-    {
-      nn::Embedding emb(nn::EmbeddingOptions(4, 3).sparse(true));
-      DistributedOptimizer opt(
-          std::make_unique<optim::SGD>(emb->parameters(), optim::SGDOptions(0)),
-          emb->named_parameters(), On(ctx[rank]));
-      emb->forward(ids).sum().backward();  // The hook keeps the error.
-      try {
-        opt.step();
-        ADD_FAILURE() << "a sparse gradient was accepted";
-      } catch (const Error& e) {
-        EXPECT_THAT(e.what(),
-                    HasSubstr("\"grad/weight\" has a sparse gradient"));
-        EXPECT_THAT(e.what(), HasSubstr("sparse_as_dense"));
-      }
-    }
-    nn::Embedding emb(nn::EmbeddingOptions(4, 3).sparse(true));
-    DistributedOptimizer opt(
-        std::make_unique<optim::SGD>(emb->parameters(), optim::SGDOptions(0)),
-        emb->named_parameters(), On(ctx[rank]).sparse_as_dense(true));
-    emb->forward(ids).sum().backward();
-    opt.synchronize();
     // Rows 0 and 1 were used by one rank each, row 2 by both.
     at::Tensor want = at::zeros({4, 3});
     want[0].fill_(0.5);
     want[1].fill_(0.5);
     want[2].fill_(1.0);
-    EXPECT_FALSE(emb->weight.grad().is_sparse());
-    EXPECT_TRUE(at::equal(emb->weight.grad(), want));
+    {
+      nn::Embedding emb(nn::EmbeddingOptions(4, 3).sparse(true));
+      DistributedOptimizer opt(
+          std::make_unique<optim::SGD>(emb->parameters(), optim::SGDOptions(0)),
+          emb->named_parameters(), On(ctx[rank]));
+      emb->forward(ids).sum().backward();
+      opt.synchronize();
+      ASSERT_TRUE(emb->weight.grad().is_sparse());
+      EXPECT_TRUE(emb->weight.grad().is_coalesced());
+      EXPECT_TRUE(at::equal(emb->weight.grad().to_dense(), want));
+    }
+    {
+      nn::Embedding emb(nn::EmbeddingOptions(4, 3).sparse(true));
+      DistributedOptimizer opt(
+          std::make_unique<optim::SGD>(emb->parameters(), optim::SGDOptions(0)),
+          emb->named_parameters(), On(ctx[rank]).sparse_as_dense(true));
+      emb->forward(ids).sum().backward();
+      opt.synchronize();
+      EXPECT_FALSE(emb->weight.grad().is_sparse());
+      EXPECT_TRUE(at::equal(emb->weight.grad(), want));
+    }
+    nn::Embedding a(nn::EmbeddingOptions(4, 3).sparse(true));
+    nn::Embedding b(nn::EmbeddingOptions(4, 3).sparse(true));
+    std::vector<at::Tensor> params = {a->weight, b->weight};
+    DistributedOptimizer opt(
+        std::make_unique<optim::SGD>(params, optim::SGDOptions(0)),
+        On(ctx[rank]).num_groups(1));
+    (a->forward(ids).sum() + b->forward(ids).sum()).backward();
+    try {
+      opt.step();
+      ADD_FAILURE() << "a sparse gradient in a group was accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr("has a sparse gradient in a group"));
+      EXPECT_THAT(e.what(), HasSubstr("sparse_as_dense"));
+    }
   });
   ShutdownContexts(ctx);
 }

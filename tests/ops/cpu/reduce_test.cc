@@ -761,6 +761,49 @@ TEST(ScaleTest, AverageIsSumThenScale) {
   EXPECT_EQ(out[2], 4.5f);
 }
 
+// Note [Integer scaling]: Horovod's rule, in double, truncated toward zero,
+// clamped to the type's range (NaN gives 0).
+TEST(ScaleTest, IntegersTruncateTowardZeroAndClamp) {
+  int32_t i32[] = {5, -5, 7, -7, 2147483647, -2147483647 - 1};
+  Scale(DataType::kInt32, i32, 6, 0.5);
+  EXPECT_EQ(i32[0], 2);
+  EXPECT_EQ(i32[1], -2);
+  EXPECT_EQ(i32[2], 3);
+  EXPECT_EQ(i32[3], -3);
+  EXPECT_EQ(i32[4], 1073741823);
+  EXPECT_EQ(i32[5], -1073741824);
+  int32_t big[] = {2147483647, -2147483647 - 1, 3};
+  Scale(DataType::kInt32, big, 3, 2.0);
+  EXPECT_EQ(big[0], 2147483647);
+  EXPECT_EQ(big[1], -2147483647 - 1);
+  EXPECT_EQ(big[2], 6);
+  uint8_t u8[] = {200, 3, 0};
+  Scale(DataType::kUint8, u8, 3, 2.0);
+  EXPECT_EQ(u8[0], 255);
+  EXPECT_EQ(u8[1], 6);
+  EXPECT_EQ(u8[2], 0);
+  Scale(DataType::kUint8, u8, 3, -1.0);
+  EXPECT_EQ(u8[0], 0);
+  EXPECT_EQ(u8[1], 0);
+  int8_t i8[] = {100, -100, 9};
+  Scale(DataType::kInt8, i8, 3, 1.5);
+  EXPECT_EQ(i8[0], 127);
+  EXPECT_EQ(i8[1], -128);
+  EXPECT_EQ(i8[2], 13);
+  int16_t i16[] = {1000, -3};
+  Scale(DataType::kInt16, i16, 2, 1.0 / 3.0);
+  EXPECT_EQ(i16[0], 333);
+  EXPECT_EQ(i16[1], -1);  // -3 * (1/3) is -1 in double
+  int64_t i64[] = {int64_t{1} << 62, -(int64_t{1} << 62), 9};
+  Scale(DataType::kInt64, i64, 3, 4.0);
+  EXPECT_EQ(i64[0], std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(i64[1], std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(i64[2], 36);
+  int32_t nan[] = {4};
+  Scale(DataType::kInt32, nan, 1, std::nan(""));
+  EXPECT_EQ(nan[0], 0);
+}
+
 }  // namespace
 }  // namespace cpu
 }  // namespace kolo

@@ -85,12 +85,12 @@ void RunEveryCollective(std::vector<std::unique_ptr<Runtime>>& job, int set,
       ASSERT_FLOAT_EQ(big[k], rank_sum * (k % 7) / n) << k;
     }
 
-    // Broadcast from the last rank of the set.
+    // Broadcast from the last rank of the set (the root: a rank of the job).
     std::vector<int64_t> b(4099, me == n - 1 ? 42 : -1);
     BroadcastRequest breq;
     breq.name = tag + "bcast";
     breq.tensor = TensorView(b.data(), DataType::kInt64, {4099});
-    breq.root = n - 1;
+    breq.root = members[n - 1];
     breq.process_set = set;
     ASSERT_TRUE(rt.Broadcast(breq)->Wait().ok());
     ASSERT_EQ(std::count(b.begin(), b.end(), 42), 4099);

@@ -21,7 +21,8 @@ _OP_NAMES = {Sum: "Sum", Average: "Average", Min: "Min", Max: "Max",
              Product: "Product", Adasum: "Adasum"}
 
 # Dtypes the runtime reduces; bool is only moved (broadcast, allgather,
-# alltoall), as in Horovod.
+# alltoall), as in Horovod: a reduction of bool is refused in negotiation,
+# on every rank alike (a rank's dtype may differ from the others').
 _REDUCED_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32,
                    torch.int64, torch.float16, torch.bfloat16, torch.float32,
                    torch.float64)
@@ -50,7 +51,10 @@ def _op_of(op, average, default=Average):
 
 # These checks run for every collective, also each gradient of a training
 # step submitted from Python: each costs a set lookup or an attribute read.
-def _check_tensor(tensor, what, dtypes=_REDUCED_SET):
+# Only what every rank passes alike is refused here; a check whose outcome
+# may differ between ranks (a dtype the reduction cannot take, a root outside
+# the process set) is negotiation's, so that every rank hears of it at once.
+def _check_tensor(tensor, what, dtypes=_MOVED_SET):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError("%s expects a torch.Tensor, got %s" %
                         (what, type(tensor).__name__))
@@ -74,17 +78,6 @@ def _check_tensor(tensor, what, dtypes=_REDUCED_SET):
     elif tensor.device.type != "cpu":
         raise ValueError("%s: tensors on %s are not supported (CPU and CUDA "
                          "only)" % (what, tensor.device))
-
-
-def _check_scaling(tensor, op, prescale_factor, postscale_factor, what):
-    if tensor.dtype not in _FLOAT_SET:
-        if op == Average:
-            raise ValueError(
-                "%s: average is not defined for integer dtype %s; use "
-                "op=hvd.Sum and divide" % (what, tensor.dtype))
-        if prescale_factor != 1.0 or postscale_factor != 1.0:
-            raise ValueError("%s: scale factors other than 1 are not defined "
-                             "for integer dtype %s" % (what, tensor.dtype))
 
 
 _unnamed = {}

@@ -20,11 +20,14 @@ def _named_tensors(params):
     return [(str(n), t) for n, t in items]
 
 
-def broadcast_parameters(params, root_rank, prefix=None):
+def broadcast_parameters(params, root_rank, prefix=None,
+                         process_set=global_process_set):
     """Overwrites every tensor of ``params`` with ``root_rank``'s values, in
     place: a state_dict() (parameters and buffers), named_parameters(), or
     a list of tensors. Names and shapes must agree across ranks (a
-    mismatch names the tensor). All broadcasts run together (fused)."""
+    mismatch names the tensor). All broadcasts run together (fused).
+    ``root_rank`` is a rank of the job, also with a ``process_set`` (as in
+    Horovod)."""
     handles = []
     for name, tensor in _named_tensors(params):
         if tensor is None:
@@ -34,7 +37,7 @@ def broadcast_parameters(params, root_rank, prefix=None):
                             (name, type(tensor).__name__))
         name = "broadcast.%s%s" % (prefix + "." if prefix else "", name)
         handles.append(mpi_ops.broadcast_async_(tensor.detach(), root_rank,
-                                                name))
+                                                name, process_set))
     for handle in handles:
         mpi_ops.synchronize(handle)
 
@@ -42,8 +45,9 @@ def broadcast_parameters(params, root_rank, prefix=None):
 def broadcast_object(obj, root_rank=0, name=None,
                      process_set=global_process_set):
     """Returns ``root_rank``'s ``obj`` (anything pickle accepts) on every
-    rank."""
-    data = pickle.dumps(obj) if process_set.rank() == root_rank else b""
+    rank of ``process_set``; ``root_rank`` is a rank of the job (as in
+    Horovod)."""
+    data = pickle.dumps(obj) if mpi_ops.rank() == root_rank else b""
     data = _C.broadcast_bytes(data, root_rank,
                               mpi_ops._name(name) or
                               mpi_ops._generated_name("broadcast_object", process_set),
@@ -66,14 +70,27 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     return out
 
 
-def broadcast_optimizer_state(optimizer, root_rank, model=None):
-    """Gives every rank ``root_rank``'s optimizer state: every param group's
-    options (lr, betas, ...) and the per-parameter state, also where root
-    has created it lazily in a first step() and the others have not (or
-    the reverse). Works for every torch.optim optimizer: root's
-    state_dict() is serialised, broadcast and loaded. The optimizers must
-    have the same param groups with parameters of the same shapes."""
+def broadcast_optimizer_state(optimizer, root_rank, model=None,
+                              process_set=global_process_set):
+    """Gives every rank of ``process_set`` ``root_rank``'s optimizer state
+    (``root_rank``: a rank of the job): every param group's options (lr,
+    betas, ...) and the per-parameter state, also where root has created
+    it lazily in a first step() and the others have not (or the reverse).
+    Works for every torch.optim optimizer: root's state_dict() is
+    serialised, broadcast and loaded. The optimizers must have the same
+    param groups with parameters of the same shapes.
+
+    As in Horovod, a parameter that requires grad and has no gradient yet
+    gets a zero gradient when the state is still empty (so that code
+    reading ``p.grad`` afterwards finds a tensor); unlike Horovod, no
+    optimizer step is taken to create the state (the first real step
+    creates it on every rank alike)."""
     del model  # Horovod's argument, not needed here.
+    if not optimizer.state:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
     if mpi_ops.rank() == root_rank:
         buffer = io.BytesIO()
         torch.save(optimizer.state_dict(), buffer)
@@ -81,7 +98,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     else:
         data = b""
     data = _C.broadcast_bytes(data, root_rank, "broadcast.optimizer_state",
-                              0)
+                              mpi_ops._set_id(process_set))
     state = torch.load(io.BytesIO(data))
     mine = optimizer.state_dict()
     if len(mine["param_groups"]) != len(state["param_groups"]) or any(

@@ -19,8 +19,8 @@ from kolo.torch.compression import Compression
 # kolo/torch/checks.py.
 from kolo.torch.checks import (  # noqa: F401  (re-exported)
     _FLOAT_SET, _MOVED_DTYPES, _MOVED_SET, _OP_NAMES, _REDUCED_DTYPES,
-    _REDUCED_SET, Adasum, Average, Max, Min, Product, Sum, _check_scaling,
-    _check_tensor, _generated_name, _name, _op_of, _unnamed)
+    _REDUCED_SET, Adasum, Average, Max, Min, Product, Sum, _check_tensor,
+    _generated_name, _name, _op_of, _unnamed)
 
 KoloInternalError = _C.KoloInternalError
 # Horovod's name for the same exception.
@@ -154,7 +154,10 @@ def gloo_enabled():
 
 
 def nccl_built():
-    return _C.built("nccl")
+    """NCCL's version code (e.g. 22803 for 2.28.3) when this build runs CUDA
+    tensors over NCCL, else 0, as Horovod's (scripts compare it, e.g. with
+    2700)."""
+    return _C.nccl_version()
 
 
 def cuda_built():
@@ -202,7 +205,8 @@ def stop_timeline():
 
 class _Handle:
     """What the *_async functions return: pass it to poll() or
-    synchronize()."""
+    synchronize(); calling it (``handle()``) is synchronize(handle), as
+    Horovod's sparse_allreduce_async handles are called."""
 
     __slots__ = ("_handle", "_finish", "_result", "_done", "_lock")
 
@@ -221,6 +225,8 @@ class _Handle:
                 self._result = result
                 self._done = True
             return self._result
+
+    __call__ = _wait
 
 
 # The C++ frontend's own handle, which the plain collectives return as it is
@@ -269,9 +275,9 @@ def _allreduce(submit, tensor, name, op, prescale_factor, postscale_factor,
             type(name) is str and name):
         # The common case (this runs for every tensor of a step): the C++
         # frontend checks the tensor itself and refuses, before it submits
-        # anything, every tensor that _check_tensor and _check_scaling
-        # refuse (as ValueError); only then do they run, to say it in
-        # Horovod's terms (a TypeError for a dtype). Their reads of the
+        # anything, every tensor that _check_tensor refuses (as
+        # ValueError); only then does it run, to say it in Horovod's terms
+        # (a TypeError for a dtype). Their reads of the
         # tensor's attributes cost more than the rest of the call here.
         # Named calls only: an unnamed one takes its generated name before
         # the C++ checks, so a refusal there would use up a name that the
@@ -284,7 +290,6 @@ def _allreduce(submit, tensor, name, op, prescale_factor, postscale_factor,
     else:
         refused = None
     _check_tensor(tensor, what)
-    _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
     if refused is not None:
         raise refused
     return submit(tensor, _name(name), op, float(prescale_factor),
@@ -393,7 +398,6 @@ def _grouped_allreduce_async(tensors, name, op, prescale_factor,
         raise ValueError("%s needs at least one tensor" % what)
     for t in tensors:
         _check_tensor(t, what)
-        _check_scaling(t, op, prescale_factor, postscale_factor, what)
     return _Handle(_C.grouped_allreduce_async(
         tensors, _name(name), op, float(prescale_factor),
         float(postscale_factor), _set_id(process_set), in_place), _all)
@@ -481,6 +485,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _C.allgather_async(tensor, _name(name), _set_id(process_set))
 
 
+def _set_size(process_set):
+    return len(process_set.ranks) if process_set.ranks else _C.size()
+
+
 def _rows_before_me(rows, process_set):
     """This rank's offset and row count, from every rank's row count."""
     counts = allgather(torch.tensor([rows], dtype=torch.int64),
@@ -499,11 +507,13 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # Every rank's output holds this rank's rows: their gradient is the
-        # sum over ranks of the matching slice.
-        summed = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
+        # As Horovod defines it: every rank's output holds this rank's rows,
+        # whose gradient is the average over the set's ranks of the
+        # matching slice.
+        averaged = allreduce(grad_output, op=Average,
+                             process_set=ctx.process_set)
         offset, _ = _rows_before_me(ctx.rows, ctx.process_set)
-        return summed.narrow(0, offset, ctx.rows), None, None
+        return averaged.narrow(0, offset, ctx.rows), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -536,12 +546,13 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 # --- Broadcast ----------------------------------------------------------------
 
 def _broadcast_async(tensor, root_rank, name, process_set, in_place, what):
+    """``root_rank`` is a rank of the job, also in a process set (as in
+    Horovod); negotiation refuses, on every rank of the set, a root that
+    is not a member, naming the set's ranks."""
     _check_tensor(tensor, what, _MOVED_SET)
-    set_size = len(process_set.ranks) if process_set.ranks else None
-    if not isinstance(root_rank, int) or root_rank < 0 or (
-            set_size is not None and root_rank >= set_size):
-        raise ValueError("%s: root_rank %r is not a rank of the process set "
-                         "(size %s)" % (what, root_rank, set_size))
+    if isinstance(root_rank, bool) or not isinstance(root_rank, int):
+        raise TypeError("%s: root_rank must be an int (a rank of the job), "
+                        "not %r" % (what, root_rank))
     return _C.broadcast_async(tensor, root_rank, _name(name),
                               _set_id(process_set), in_place)
 
@@ -577,14 +588,14 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # Every rank's output is root's input: root's gradient is the sum
-        # of all; the others' inputs do not reach any output.
-        summed = allreduce(grad_output, op=Sum, process_set=ctx.process_set)
-        me = ctx.process_set.rank() if ctx.process_set is not \
-            global_process_set else _C.rank()
-        if me != ctx.root_rank:
-            summed = torch.zeros_like(summed)
-        return summed, None, None, None
+        # As Horovod defines it: every rank's output is root's input, whose
+        # gradient is the average of all; the others' inputs reach no
+        # output. (root_rank is a rank of the job.)
+        averaged = allreduce(grad_output, op=Average,
+                             process_set=ctx.process_set)
+        if _C.rank() != ctx.root_rank:
+            averaged = torch.zeros_like(averaged)
+        return averaged, None, None, None
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -665,7 +676,6 @@ def _reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
     if op not in (Sum, Average):
         raise ValueError("%s supports op=hvd.Sum and hvd.Average, not %s" %
                          (what, _OP_NAMES.get(op, op)))
-    _check_scaling(tensor, op, prescale_factor, postscale_factor, what)
     if tensor.dim() == 0:
         raise ValueError("%s: a scalar has no first dimension to scatter" %
                          what)
@@ -692,7 +702,8 @@ class _Reducescatter(torch.autograd.Function):
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor,
                 process_set):
         ctx.op = op
-        ctx.scale = prescale_factor * postscale_factor
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
         return synchronize(_reducescatter_async(
             tensor, name, op, prescale_factor, postscale_factor, process_set,
@@ -700,12 +711,18 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # Rank k's share is the sum of every rank's rows of that share: each
-        # rank's input gets all ranks' output gradients, in rank order.
-        grad = allgather(grad_output, process_set=ctx.process_set) * ctx.scale
-        if ctx.op == Average:
-            grad = grad / len(ctx.process_set.ranks)
-        return grad, None, None, None, None, None
+        # As Horovod defines it: every rank's input gets all ranks' output
+        # gradients, in rank order (an allgather), times the set size for
+        # Sum and times the scale factors.
+        grad = grad_output
+        if ctx.op == Sum:
+            grad = grad * _set_size(ctx.process_set)
+        if ctx.prescale_factor != 1.0:
+            grad = grad * ctx.prescale_factor
+        if ctx.postscale_factor != 1.0:
+            grad = grad * ctx.postscale_factor
+        return (allgather(grad, process_set=ctx.process_set), None, None,
+                None, None, None)
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
@@ -746,8 +763,9 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none,
 def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Reduces a sparse COO tensor through allgather, as Horovod does: every
     rank's indices and values are gathered and summed (coalesced) into one
-    sparse tensor; Average divides by the set size. The handle's result is
-    the sparse result."""
+    sparse tensor; Average divides by the set size. The handle is called
+    (``handle()``, as in Horovod) or passed to synchronize() for the
+    sparse result."""
     if not tensor.is_sparse:
         raise ValueError("sparse_allreduce_async expects a sparse tensor")
     if op not in (Sum, Average):
@@ -758,7 +776,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     indices = allgather_async(t.indices().t().contiguous(), base + ".indices",
                               process_set)
     values = allgather_async(t.values(), base + ".values", process_set)
-    set_size = len(process_set.ranks) or _C.size()
+    set_size = _set_size(process_set)
 
     def finish(handles):
         idx = synchronize(handles[0]).t()

@@ -11,6 +11,7 @@ and raised by step() or synchronize(), never inside backward().
 """
 
 import contextlib
+import warnings
 
 import torch
 
@@ -61,6 +62,8 @@ class _DistributedOptimizer:
                         "groups lists a tensor that is not a trained parameter "
                         "of the optimizer") from None
         mpi_ops._set_id(process_set)
+        self._kolo_synchronized = False  # by synchronize(), since step()
+        self._kolo_skipping = False      # inside skip_synchronize()
         self._kolo_reducer = _C.GradientReducer(
             params, op, backward_passes_per_step, code,
             float(gradient_predivide_factor), bool(sparse_as_dense),
@@ -73,17 +76,31 @@ class _DistributedOptimizer:
         synchronize again, so gradients may be changed in between
         (clipping, unscaling)."""
         self._kolo_reducer.synchronize()
+        self._kolo_synchronized = True
 
     @contextlib.contextmanager
     def skip_synchronize(self):
         """``with optimizer.skip_synchronize(): optimizer.step()`` steps
         without synchronizing (after a synchronize() of your own)."""
         self._kolo_reducer.skip_synchronize()
-        yield
+        self._kolo_skipping = True
+        try:
+            yield
+        finally:
+            self._kolo_skipping = False
 
     def step(self, closure=None):
         """Synchronizes (unless done since the last backward pass or
         skipped), then steps the wrapped optimizer."""
+        if self._kolo_synchronized and not self._kolo_skipping:
+            # Horovod's warning, word for word: scripts and tests look for it.
+            warnings.warn("optimizer.step() called without "
+                          "optimizer.skip_synchronize() context after "
+                          "optimizer.synchronize(). This can cause training "
+                          "slowdown. You may want to consider using "
+                          "optimizer.skip_synchronize() context if you use "
+                          "optimizer.synchronize() in your code.")
+        self._kolo_synchronized = False
         self._kolo_reducer.before_step()
         loss = super(self.__class__, self).step(closure)
         self._kolo_reducer.after_step()
@@ -149,9 +166,10 @@ def DistributedOptimizer(optimizer, named_parameters=None,
     Compression.none, .fp16 or .bf16; ``gradient_predivide_factor`` f:
     gradients are scaled by 1/f before the sum and f/size after it;
     ``groups`` (an int, or lists of parameters) or ``num_groups``: the
-    gradients of a group are allreduced as one unit; ``sparse_as_dense``:
-    sparse gradients are made dense (else an error); ``process_set``: the
-    ranks to average over.
+    gradients of a group are allreduced as one unit; sparse gradients
+    (``nn.Embedding(sparse=True)``) are reduced as Horovod does, by an
+    allgather of their indices and values, unless ``sparse_as_dense``
+    makes them dense first; ``process_set``: the ranks to average over.
     """
     if groups is None and num_groups:
         groups = num_groups

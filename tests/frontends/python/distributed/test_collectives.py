@@ -40,6 +40,18 @@ def test_all_reduce_avg_is_the_mean(rank, size):
     assert torch.allclose(x, everyone.mean(0))
 
 
+def test_all_reduce_avg_of_integers_as_horovod(rank, size):
+    """kolo's rule for integer averages (docs/guide.md): the sum times
+    1/size in double, truncated toward zero."""
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32,
+                  torch.int64):
+        x = torch.tensor([rank + 2, 3 * rank, 1], dtype=dtype)
+        dist.all_reduce(x, op=dist.ReduceOp.AVG)
+        sums = [sum(r + 2 for r in range(size)), sum(3 * r for r in
+                                                     range(size)), size]
+        assert x.tolist() == [int(v * (1.0 / size)) for v in sums], dtype
+
+
 def test_all_reduce_of_odd_tensors(rank, gloo):
     for shape in [(), (0,), (1,), (7, 1, 3), (1000003,)]:
         x = values(rank, shape=shape, seed=3)
@@ -218,7 +230,13 @@ def test_subgroup_created_by_its_members(rank, size):
         dist.all_reduce(ref, group=gloo_group)
         assert torch.equal(ours, ref)
         assert dist.get_rank(group) == rank - 1
+        # src is a rank of the job; torch hands the backend its group rank.
+        mine = values(rank, seed=18)
+        ours, ref = mine.clone(), mine.clone()
         dist.broadcast(ours, src=members[-1], group=group)
+        dist.broadcast(ref, src=members[-1], group=gloo_group)
+        assert torch.equal(ours, ref)
+        assert torch.equal(ours, values(members[-1], seed=18))
     else:
         assert group == dist.GroupMember.NON_GROUP_MEMBER
     dist.barrier()

@@ -7,7 +7,7 @@ timeout (30 minutes by default)."""
 import re
 
 from conftest import KOLORUN, PYTHON, env, run
-from test_launch import _free_port
+from conftest import free_port as _free_port
 
 DDP_SCRIPT = """
 import os, sys, signal

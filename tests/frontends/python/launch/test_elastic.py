@@ -207,7 +207,7 @@ hvd.shutdown()
 
 
 def test_a_restarted_torchrun_worker_group_reinitialises_kolo(script):
-    from test_launch import _free_port
+    from conftest import free_port as _free_port
     path = script(TORCHRUN_WORKER)
     r = run([PYTHON, "-m", "torch.distributed.run", "--nnodes", "1:2",
              "--nproc_per_node", "2", "--max_restarts", "1",

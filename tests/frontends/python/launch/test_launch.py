@@ -2,9 +2,9 @@
 
 import os
 import re
-import socket
 
-from conftest import KOLORUN, PYTHON, REPO, env, run
+from conftest import (KOLORUN, PYTHON, REPO, env, run, run_mpirun,
+                      run_torchrun)
 
 ALLREDUCE = """
 import torch
@@ -62,22 +62,8 @@ print("HVD", os.environ["HOROVOD_RANK"], os.environ["HOROVOD_SIZE"],
     assert "[0] HVD 0 2 0 1" in r.stdout and "[1] HVD 1 2 1 1" in r.stdout
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_under_torchrun(script):
-    path = script(ALLREDUCE)
-    # Debian's torch 1.13 on Python 3.11 cannot parse the default
-    # --redirects 0: "1" (stdout to a log file, teed) works.
-    r = run([PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-             "--redirects", "1", "--tee", "1", "--log_dir",
-             os.path.join(os.path.dirname(path), "logs"),
-             "--master_port", str(_free_port()), path],
-            env=env(KOLO_SECRET="torchrun-test-secret-0123456789",
-                    KOLO_RENDEZVOUS_PORT=str(_free_port())))
+    r = run_torchrun(script(ALLREDUCE), "torchrun-test-secret-0123456789")
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in (0, 1):
         assert "RESULT rank %d of 2: [3.0, 3.0, 3.0]" % rank in r.stdout, \
@@ -85,12 +71,7 @@ def test_under_torchrun(script):
 
 
 def test_under_mpirun(script):
-    path = script(ALLREDUCE)
-    r = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
-             "-x", "PYTHONPATH", "-x", "KOLO_SECRET", "-x",
-             "KOLO_RENDEZVOUS_PORT", PYTHON, path],
-            env=env(KOLO_SECRET="mpirun-test-secret-0123456789",
-                    KOLO_RENDEZVOUS_PORT=str(_free_port())))
+    r = run_mpirun(script(ALLREDUCE), "mpirun-test-secret-0123456789")
     assert r.returncode == 0, r.stdout + r.stderr
     for rank in (0, 1):
         assert "RESULT rank %d of 2: [3.0, 3.0, 3.0]" % rank in r.stdout

@@ -1,8 +1,14 @@
-"""Gradients of the differentiable collectives against the analytic ones.
+"""Gradients of the differentiable collectives, as Horovod defines them
+(horovod/torch/mpi_ops.py), computed here from those definitions.
 
-Every rank r computes loss_r = sum(w_r * f(x_r)) for a fixed weight w_r;
-the gradient of the total loss sum_k loss_k with respect to rank r's input
-is what each collective's backward must give on rank r.
+Every rank r computes loss_r = sum(w_r * f(x_r)) for a fixed weight w_r,
+so the gradient arriving at rank k's output is w_k. For the allreduces
+(Sum, Average) Horovod's gradient is that of the total loss sum_k loss_k;
+for broadcast and allgather it is the average over the ranks of the
+output gradients (the gradient of the mean loss), and for reducescatter
+the allgather of the output gradients, times the set size for Sum and
+times the scale factors. Min, Max and Product: kolo's own (the gradient
+of the total loss), where Horovod reduces the gradients with the same op.
 """
 
 import torch
@@ -52,7 +58,7 @@ def test_allreduce_min_max_product(rank, size):
         assert torch.allclose(x.grad, want), op
 
 
-def test_allgather_gives_each_rank_its_rows(rank, size):
+def test_allgather_gives_each_rank_its_rows_averaged(rank, size):
     rows = rank + 1
     x = _x(rank, (rows, 2))
     y = hvd.allgather(x, name="grad.allgather")
@@ -60,17 +66,51 @@ def test_allgather_gives_each_rank_its_rows(rank, size):
                 for r in range(size))
     (y * _w(rank, y.shape)).sum().backward()
     offset = sum(k + 1 for k in range(rank))
-    assert torch.allclose(x.grad, total[offset:offset + rows].double())
+    assert torch.allclose(x.grad, total[offset:offset + rows].double() / size)
 
 
-def test_broadcast_is_a_reduce_to_the_root(rank, size):
+def test_grouped_allgather_gradients(rank, size):
+    xs = [_x(rank, (rank + 1, 2)), _x(rank, (2, 3))]
+    ys = hvd.grouped_allgather(xs, name="grad.grouped_allgather")
+    (sum((y * _w(rank, y.shape)).sum() for y in ys)).backward()
+    offset = sum(k + 1 for k in range(rank))
+    total0 = sum(_w(r, ys[0].shape) for r in range(size)).double() / size
+    assert torch.allclose(xs[0].grad, total0[offset:offset + rank + 1])
+    total1 = sum(_w(r, ys[1].shape) for r in range(size)).double() / size
+    assert torch.allclose(xs[1].grad, total1[2 * rank:2 * rank + 2])
+
+
+def test_broadcast_gives_the_root_the_average(rank, size):
     root = size - 1
     x = _x(rank, (3,))
     y = hvd.broadcast(x, root_rank=root, name="grad.broadcast")
     (y * _w(rank, (3,))).sum().backward()
-    want = sum(_w(r, (3,)) for r in range(size)).double() if rank == root \
-        else torch.zeros(3, dtype=torch.float64)
+    want = sum(_w(r, (3,)) for r in range(size)).double() / size \
+        if rank == root else torch.zeros(3, dtype=torch.float64)
     assert torch.allclose(x.grad, want)
+    # Ones at -np 2: 1.0 on the root, as Horovod gives.
+    ones = torch.ones(2, requires_grad=True)
+    hvd.broadcast(ones, root_rank=0, name="grad.broadcast.ones").sum() \
+        .backward()
+    assert torch.equal(ones.grad, torch.full((2,), 1.0 if rank == 0 else 0.0))
+
+
+def test_broadcast_gradient_in_a_process_set(rank, size):
+    """The root is a rank of the job; the average is over the set."""
+    members = list(range(1, size))  # every rank but 0
+    ps = hvd.add_process_set(members)
+    try:
+        if rank in members:
+            root = members[-1]
+            x = _x(rank, (3,))
+            y = hvd.broadcast(x, root_rank=root, name="grad.broadcast.set",
+                              process_set=ps)
+            (y * _w(rank, (3,))).sum().backward()
+            want = sum(_w(r, (3,)) for r in members).double() / len(members) \
+                if rank == root else torch.zeros(3, dtype=torch.float64)
+            assert torch.allclose(x.grad, want)
+    finally:
+        hvd.remove_process_set(ps)
 
 
 def test_alltoall_sends_the_gradient_back(rank, size):
@@ -93,15 +133,32 @@ def test_alltoall_sends_the_gradient_back(rank, size):
 
 def test_reducescatter_gradient_is_an_allgather(rank, size):
     rows = 2 * size
-    x = _x(rank, (rows, 2))
-    y = hvd.reducescatter(x, op=hvd.Sum, name="grad.rs")
-    (y * _w(rank, y.shape)).sum().backward()
-    want = torch.cat([_w(k, (2, 2)) for k in range(size)]).double()
-    assert torch.allclose(x.grad, want)
-    x2 = _x(rank, (rows, 2))
-    y2 = hvd.reducescatter(x2, op=hvd.Average, name="grad.rs.avg")
-    (y2 * _w(rank, y2.shape)).sum().backward()
-    assert torch.allclose(x2.grad, want / size)
+    gathered = torch.cat([_w(k, (2, 2)) for k in range(size)]).double()
+    for op, factor in ((hvd.Sum, size), (hvd.Average, 1)):
+        x = _x(rank, (rows, 2))
+        y = hvd.reducescatter(x, op=op, name="grad.rs.%d" % op)
+        (y * _w(rank, y.shape)).sum().backward()
+        assert torch.allclose(x.grad, gathered * factor), op
+        scaled = _x(rank, (rows, 2))
+        y = hvd.reducescatter(scaled, op=op, prescale_factor=2.0,
+                              postscale_factor=0.25,
+                              name="grad.rs.scaled.%d" % op)
+        (y * _w(rank, y.shape)).sum().backward()
+        assert torch.allclose(scaled.grad, gathered * factor * 0.5), op
+    # Ones at -np 2 with Sum: 2.0, as Horovod gives.
+    ones = torch.ones(rows, requires_grad=True)
+    hvd.reducescatter(ones, op=hvd.Sum, name="grad.rs.ones").sum().backward()
+    assert torch.equal(ones.grad, torch.full((rows,), float(size)))
+
+
+def test_grouped_reducescatter_gradients(rank, size):
+    xs = [_x(rank, (2 * size, 2)), _x(rank, (size, 3))]
+    ys = hvd.grouped_reducescatter(xs, op=hvd.Sum,
+                                   name="grad.grouped_reducescatter")
+    (sum((y * _w(rank, y.shape)).sum() for y in ys)).backward()
+    for x, y in zip(xs, ys):
+        want = torch.cat([_w(k, y.shape) for k in range(size)]).double()
+        assert torch.allclose(x.grad, want * size)
 
 
 def test_grouped_allreduce_gradients(rank, size):

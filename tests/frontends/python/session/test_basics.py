@@ -1,6 +1,7 @@
 """init, placement, what the build has."""
 
 import os
+import re
 
 import torch
 
@@ -26,8 +27,17 @@ def test_built_flags_answer_truthfully():
     assert hvd.gloo_built() and hvd.gloo_enabled()
     assert not hvd.mpi_built() and not hvd.mpi_enabled()
     assert not hvd.ccl_built() and not hvd.ddl_built() and not hvd.rocm_built()
-    assert hvd.nccl_built() == hvd.cuda_built()
     assert isinstance(hvd.cuda_built(), bool)
+    # As Horovod: NCCL's version code (2.28.9 is 22809), 0 without NCCL.
+    nccl = hvd.nccl_built()
+    assert type(nccl) is int and (nccl > 0) == hvd.cuda_built()
+    if nccl:
+        assert nccl >= 2700  # what scripts compare it with
+        header = "/usr/local/cuda/include/nccl.h"  # what kolo was built with
+        if os.path.exists(header):
+            code = re.search(r"#define NCCL_VERSION_CODE (\d+)",
+                             open(header).read())
+            assert code and nccl == int(code.group(1))
 
 
 def test_horovod_import_line_works_unchanged():

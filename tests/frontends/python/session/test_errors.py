@@ -55,16 +55,12 @@ def test_a_name_in_flight_fails_a_blocking_call_at_once(rank):
 def test_bad_arguments_raise_before_anything_is_submitted():
     with pytest.raises(TypeError, match="complex64 is not supported"):
         hvd.allreduce(torch.ones(2, dtype=torch.complex64))
-    with pytest.raises(TypeError, match="dtype torch.bool is not supported"):
-        hvd.allreduce(torch.ones(2, dtype=torch.bool))
-    with pytest.raises(ValueError, match="average is not defined for integer"):
-        hvd.allreduce(torch.ones(2, dtype=torch.int32))
     with pytest.raises(ValueError, match="unknown reduction op"):
         hvd.allreduce(torch.ones(2), op=17)
     with pytest.raises(NotImplementedError, match="Adasum"):
         hvd.allreduce(torch.ones(2), op=hvd.Adasum)
-    with pytest.raises(ValueError, match="root_rank 99"):
-        hvd.broadcast(torch.ones(2), root_rank=99)
+    with pytest.raises(TypeError, match="root_rank must be an int"):
+        hvd.broadcast(torch.ones(2), root_rank="0")
     with pytest.raises(ValueError, match="sparse"):
         hvd.allreduce(torch.eye(2).to_sparse())
     with pytest.raises(TypeError, match="torch.Tensor"):
@@ -91,15 +87,6 @@ def test_allreduces_refuse_in_horovods_terms():
         for name in ("err.refused", None):
             with pytest.raises(TypeError, match="complex64 is not supported"):
                 f(torch.ones(2, dtype=torch.complex64), name=name)
-            with pytest.raises(TypeError,
-                               match="dtype torch.bool is not supported"):
-                f(torch.ones(2, dtype=torch.bool), op=hvd.Sum, name=name)
-            with pytest.raises(ValueError, match="use op=hvd.Sum and divide"):
-                f(torch.ones(2, dtype=torch.int32), name=name)
-            with pytest.raises(ValueError,
-                               match="for integer dtype torch.int32"):
-                f(torch.ones(2, dtype=torch.int32), op=hvd.Sum,
-                  prescale_factor=2.0, name=name)
             with pytest.raises(ValueError, match="sparse_allreduce_async"):
                 f(torch.eye(2).to_sparse(), name=name)
             with pytest.raises(ValueError, match="^allreduce_?: tensors on meta"):

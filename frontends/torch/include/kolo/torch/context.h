@@ -13,8 +13,8 @@
 //   allreduce_async(t)   returns a Handle at once; Handle::wait() returns
 //                        the result (allreduce_async_ writes into `t`).
 // Every options struct has a process_set (0, the default, is the whole job;
-// see add_process_set); ranks in options (a broadcast root) are ranks within
-// that set.
+// see add_process_set); ranks in options (a broadcast root) are ranks of the
+// job, as in Horovod, and must be members of that set.
 // Every collective is matched across ranks by its name. Give names
 // (AllreduceOptions().name("loss")) when ranks may submit in different
 // orders; otherwise a name is generated from a per-Context, per-collective

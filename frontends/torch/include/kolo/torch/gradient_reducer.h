@@ -20,8 +20,8 @@
 // Note [No error leaves a hook]: a hook runs inside autograd's engine, which
 // may call it on a thread of its own, where an exception ends the process
 // (std::terminate). So a hook never throws: an error (a gradient computed
-// more often than backward_passes_per_step allows, a sparse gradient, a
-// failed submission) is kept, and the next synchronize() (step()) throws it
+// more often than backward_passes_per_step allows, a sparse gradient in a
+// group, a failed submission) is kept, and the next synchronize() (step()) throws it
 // after every allreduce in flight has finished. The first kept error is
 // also written to stderr at once, as a warning: a program that never calls
 // step() or synchronize() again would not hear of it otherwise.
@@ -66,9 +66,13 @@ struct DistributedOptimizerOptions {
   // Average only: gradients are multiplied by 1/f before the sum and by
   // f/size after it (f > 1 guards low-precision sums against overflow).
   TORCH_ARG(double, gradient_predivide_factor) = 1.0;
-  // Sparse gradients (e.g. torch::nn::Embedding with sparse(true)) are an
-  // error unless true: then they are converted to dense before the
-  // allreduce (and stay dense).
+  // Sparse gradients (e.g. torch::nn::Embedding with sparse(true)) are
+  // reduced as Horovod reduces them: every rank's indices and values are
+  // allgathered (the gradient's name plus ".indices" and ".values") and
+  // summed into one coalesced sparse gradient (divided by the set size for
+  // Average; the predivide factor and compression do not apply). A sparse
+  // gradient in a group of several is an error. With sparse_as_dense they
+  // are converted to dense before the allreduce instead (and stay dense).
   TORCH_ARG(bool, sparse_as_dense) = false;
   // Grouped allreduce: the gradients of a group are submitted together once
   // all of them are ready, and negotiated and fused as one unit. num_groups
