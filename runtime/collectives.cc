@@ -12,8 +12,6 @@ using Check = std::optional<wire::Response>;
 
 // --- Checks, each one agreement that every rank's request must share. ---
 
-Check SameShape(const Agreement& a) { return a.Same("shape", ShapeOf); }
-
 // Whether the (agreed) dtype and device can take the reduction. Checked
 // here rather than at submit: a rank whose tensor differs from the others'
 // (an int on one, a float on another) then fails together with them.

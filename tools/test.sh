@@ -152,6 +152,62 @@ if ! grep -q '^python/np2: ' "$py_log" || ! grep -q '^python/np3: ' "$py_log" ||
 fi
 rm -rf "$py_out" "$py_log"
 
+# The torch-facing tests again, against the newest torch on PyPI
+# (tools/torch-versions.txt) in a venv of the project's own
+# (tools/torch_env.sh), built in an output base of its own so that the
+# build for Debian's torch stays as it is: the C++ frontend's tests, the
+# kolo.torch and torch.distributed sessions at 2 and 3 ranks, the launch
+# tests. Results are labelled torch<version>/.
+torch_version=$(sed -n 's/^torch==//p' tools/torch-versions.txt)
+label="torch$torch_version"
+echo "=== $label from PyPI: C++ frontend, kolo.torch, torch.distributed, launch tests ==="
+t_out=$(mktemp -d)
+t_log=$(mktemp)
+if torch_python=$(tools/torch_env.sh); then
+  t_base="${KOLO_TORCH_OUTPUT_BASE:-$HOME/.cache/kolo-torch2x-$(pwd | md5sum | cut -c1-8)}"
+  t_bazel=(env KOLO_PYTHON="$torch_python" bazel --output_base="$t_base")
+  t_flags=(--symlink_prefix=bazel-torch2x- --keep_going)
+  "${t_bazel[@]}" test "${t_flags[@]}" //tests/frontends/torch:ops_test \
+    //tests/frontends/torch:optimizer_test \
+    //tests/frontends/torch:broadcast_test \
+    //tests/frontends/torch:mnist_test 2>&1 | tee "$t_log"
+  t_pass=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$t_log" || true)
+  t_fail=$(grep -cE "^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)" "$t_log" || true)
+  if [ "$t_pass" -eq 0 ] && [ "$t_fail" -eq 0 ]; then t_fail=1; fi  # did not build
+  passed=$((passed + t_pass))
+  failed=$((failed + t_fail))
+  : > "$t_log"
+  "${t_bazel[@]}" build "${t_flags[@]}" //frontends/python:site \
+    //tools/kolorun:kolorun //tools/kolorun:kolo_rank_guard \
+    //tests/frontends/torch:elastic_train >/dev/null 2>&1
+  export KOLO_PYTHON="$torch_python" KOLO_BIN="$PWD/bazel-torch2x-bin"
+  for np in 2 3; do
+    TORCH_LABEL=$label tests/frontends/python/run_ranks.sh "$np" "$t_out" \
+      2>&1 | tee -a "$t_log"
+    TORCH_LABEL=$label SUITE=distributed tests/frontends/python/run_ranks.sh \
+      "$np" "$t_out/distributed" 2>&1 | tee -a "$t_log"
+  done
+  timeout 1200 /usr/bin/python3 -m pytest -p no:cacheprovider -q \
+    --junitxml="$t_out/np1-rank0.xml" tests/frontends/python/launch 2>&1 |
+    tail -5
+  unset KOLO_PYTHON KOLO_BIN
+  /usr/bin/python3 tests/frontends/python/summarize.py "$t_out" 1 \
+    "$label/launch" 2>&1 | tee -a "$t_log"
+  passed=$((passed + $(grep -c '^PASSED python/' "$t_log" || true)))
+  failed=$((failed + $(grep -c '^FAILED python/' "$t_log" || true)))
+  skipped=$((skipped + $(grep -c '^SKIPPED python/' "$t_log" || true)))
+  for session in np2 np3 distributed-np2 distributed-np3 launch; do
+    if ! grep -q "^python/$label/$session: " "$t_log"; then
+      echo "FAILED python/$label/$session (the session wrote no results)"
+      failed=$((failed + 1))
+    fi
+  done
+else
+  echo "FAILED tools/torch_env.sh (no venv with torch $torch_version)"
+  failed=$((failed + 1))
+fi
+rm -rf "$t_out" "$t_log"
+
 if [ "$skipped" -gt 0 ]; then
   echo "$passed passed, $failed failed, $skipped skipped"
 else

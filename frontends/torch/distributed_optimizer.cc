@@ -144,9 +144,21 @@ void DistributedOptimizer::load(::torch::serialize::InputArchive& archive) {
   optimizer_->load(archive);
 }
 
-void DistributedOptimizer::zero_grad() {
+void DistributedOptimizer::zero_grad(bool set_to_none) {
   reducer_->BeforeZeroGrad();
-  ::torch::optim::Optimizer::zero_grad();
+#if TORCH_VERSION_MAJOR >= 2
+  ::torch::optim::Optimizer::zero_grad(set_to_none);
+#else
+  if (!set_to_none) {
+    ::torch::optim::Optimizer::zero_grad();
+    return;
+  }
+  for (auto& group : param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.mutable_grad().defined()) p.mutable_grad().reset();
+    }
+  }
+#endif
 }
 
 }  // namespace torch

@@ -42,8 +42,10 @@ struct GradientReducer::State {
     std::string name;  // name_prefix + parameter name
     at::Tensor param;
     // Kept alive: the parameter references its accumulator only weakly, and
-    // a new accumulator (without our hook) would replace a freed one.
-    std::shared_ptr<::torch::autograd::Node> accumulator;
+    // a new accumulator (without our hook) would replace a freed one. (A
+    // std::shared_ptr in torch 1.13, a c10::intrusive_ptr in 2.x.)
+    decltype(::torch::autograd::impl::grad_accumulator(
+        std::declval<const at::Tensor&>())) accumulator;
     uintptr_t hook_key = 0;
     int passes = 0;    // backward passes since the last synchronize
     at::Tensor wire;   // the compressed gradient in flight (compression only)

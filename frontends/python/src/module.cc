@@ -395,10 +395,10 @@ PYBIND11_MODULE(_C, m) {
       .def("names", &GradientReducer::names);
 
   // The torch.distributed backend (kolo/torch/distributed.py registers it):
-  // a subclass of torch's ProcessGroup, whose Python type torch.distributed
-  // defines (imported first).
+  // a subclass of torch's Backend (its ProcessGroup on 1.13), whose Python
+  // type torch.distributed defines (imported first).
   py::module_::import("torch.distributed");
-  py::class_<ProcessGroupKolo, c10d::ProcessGroup,
+  py::class_<ProcessGroupKolo, KoloBackendBase,
              c10::intrusive_ptr<ProcessGroupKolo>>(m, "ProcessGroupKolo")
       .def(py::init([](int process_set, int rank, int size,
                        const std::string& group) {

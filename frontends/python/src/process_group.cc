@@ -278,7 +278,7 @@ void Completer::Run() {
 ProcessGroupKolo::ProcessGroupKolo(std::shared_ptr<Context> context,
                                    int process_set, int rank, int size,
                                    std::string group)
-    : c10d::ProcessGroup(rank, size),
+    : KoloBackendBase(rank, size),
       context_(std::move(context)),
       set_(process_set),
       group_(std::move(group)),

@@ -1,7 +1,10 @@
-// kolo as a torch.distributed backend: ProcessGroupKolo, a
-// c10d::ProcessGroup (PyTorch 1.13's API) whose collectives are kolo's,
-// through the LibTorch frontend's Context (frontends/torch). kolo/torch/
-// distributed.py registers it as backend "kolo" (docs/torch_distributed.md).
+// kolo as a torch.distributed backend: ProcessGroupKolo, whose collectives
+// are kolo's, through the LibTorch frontend's Context (frontends/torch).
+// On torch 2.x it is a c10d::Backend, which torch wraps in its ProcessGroup
+// (registered for cpu and cuda); on 1.13 it is the c10d::ProcessGroup
+// itself (1.13's API): one source, a version switch (KoloBackendBase).
+// kolo/torch/distributed.py registers it as backend "kolo"
+// (docs/torch_distributed.md).
 //
 // Note [Collectives named by sequence]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -51,6 +54,7 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
 #include <vector>
 
 #include "kolo/torch/context.h"
@@ -122,7 +126,13 @@ class Completer {
   std::thread thread_;
 };
 
-class ProcessGroupKolo : public c10d::ProcessGroup {
+#if TORCH_VERSION_MAJOR >= 2
+using KoloBackendBase = c10d::Backend;
+#else
+using KoloBackendBase = c10d::ProcessGroup;
+#endif
+
+class ProcessGroupKolo : public KoloBackendBase {
  public:
   // `process_set`: the kolo process set of this group (0: the whole job);
   // `rank`, `size`: this rank's place in it. `group`: the group's name in
@@ -190,8 +200,10 @@ class ProcessGroupKolo : public c10d::ProcessGroup {
                                       int src_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(
       std::vector<at::Tensor>& tensors, int tag) override;
+#if TORCH_VERSION_MAJOR < 2
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return next_; }
+#endif
 
  private:
   // The next collective's name (Note [Collectives named by sequence]).

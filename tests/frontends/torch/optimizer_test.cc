@@ -385,6 +385,35 @@ TEST(DataParallel, SparseGradientsAreGatheredOrDensified) {
 
 // synchronize(); clip; step() must not allreduce again: with op Sum a second
 // round would double the gradient.
+// zero_grad(set_to_none) as torch defines it: undefined gradients, or
+// zeros; the default is torch's own (true from 2.x, false on 1.13).
+TEST(DataParallel, ZeroGradSetsToNoneAsTorchDoes) {
+  Contexts ctx = StartContexts(1);
+  nn::Linear lin(nn::LinearOptions(2, 1));
+  DistributedOptimizer opt(
+      std::make_unique<optim::SGD>(lin->parameters(), optim::SGDOptions(0.1)),
+      lin->named_parameters(), On(ctx[0]));
+  auto backward_and_step = [&] {
+    lin->forward(at::ones({1, 2})).sum().backward();
+    opt.step();
+  };
+  backward_and_step();
+  opt.zero_grad(false);
+  EXPECT_TRUE(lin->weight.grad().defined());
+  EXPECT_TRUE(at::equal(lin->weight.grad(), at::zeros({1, 2})));
+  backward_and_step();
+  opt.zero_grad(true);
+  EXPECT_FALSE(lin->weight.grad().defined());
+  backward_and_step();
+  opt.zero_grad();
+  EXPECT_EQ(lin->weight.grad().defined(), TORCH_VERSION_MAJOR < 2);
+  // Through the base class, as a scheduler or a training loop may call it.
+  backward_and_step();
+  static_cast<::torch::optim::Optimizer&>(opt).zero_grad();
+  EXPECT_EQ(lin->weight.grad().defined(), TORCH_VERSION_MAJOR < 2);
+  ShutdownContexts(ctx);
+}
+
 TEST(DataParallel, StepAfterSynchronizeDoesNotCommunicateAgain) {
   Contexts ctx = StartContexts(2);
   OnEachRank(2, [&](int rank) {
@@ -534,9 +563,14 @@ TEST(DataParallel, AdamStateAndCheckpointRoundTrip) {
       other->named_parameters(), On(ctx[0]));
   ::torch::load(restored, checkpoint);
   ASSERT_EQ(restored.state().size(), 2u);
-  // State is keyed by each parameter's TensorImpl.
+  // State is keyed by each parameter's TensorImpl (its address as a string
+  // in torch 1.13).
   auto key = [](const at::Tensor& p) {
+#if TORCH_VERSION_MAJOR >= 2
+    return static_cast<void*>(p.unsafeGetTensorImpl());
+#else
     return c10::guts::to_string(p.unsafeGetTensorImpl());
+#endif
   };
   const auto mine = lin->parameters(), theirs = other->parameters();
   for (size_t i = 0; i < mine.size(); ++i) {

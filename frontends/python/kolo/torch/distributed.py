@@ -18,12 +18,14 @@ one runtime: the job kolo joins is the job torch's ranks describe.
 
 import os
 
+import torch
 import torch.distributed as dist
 
 from kolo import _C
 from kolo.torch import mpi_ops
 
 BACKEND = "kolo"
+_TORCH_MAJOR = int(torch.__version__.split(".")[0])
 
 
 def _fill_environment():
@@ -69,7 +71,15 @@ def _create_process_group(backend_options, pg_options):
 
 
 def _register():
-    if BACKEND.upper() not in dist.Backend._plugins:
+    if BACKEND.upper() in dist.Backend._plugins:
+        return
+    if _TORCH_MAJOR >= 2:
+        # A c10d::Backend there: torch builds the ProcessGroup around it,
+        # for both device types (a list; a string would be split).
+        dist.Backend.register_backend(BACKEND, _create_process_group,
+                                      extended_api=True,
+                                      devices=["cpu", "cuda"])
+    else:
         dist.Backend.register_backend(BACKEND, _create_process_group,
                                       extended_api=True)
 

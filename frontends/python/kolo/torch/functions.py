@@ -11,6 +11,9 @@ from kolo.torch import mpi_ops
 from kolo.torch.mpi_ops import global_process_set
 
 
+_WEIGHTS_ONLY = int(torch.__version__.split(".")[0]) >= 2
+
+
 def _named_tensors(params):
     if isinstance(params, dict):
         return list(params.items())
@@ -99,7 +102,10 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
         data = b""
     data = _C.broadcast_bytes(data, root_rank, "broadcast.optimizer_state",
                               mpi_ops._set_id(process_set))
-    state = torch.load(io.BytesIO(data))
+    # A state_dict holds tensors, numbers, strings and containers: what
+    # torch 2.x's weights_only loads (its default from 2.6), stated; 1.13's
+    # weights_only cannot load floats.
+    state = torch.load(io.BytesIO(data), weights_only=_WEIGHTS_ONLY)
     mine = optimizer.state_dict()
     if len(mine["param_groups"]) != len(state["param_groups"]) or any(
             len(a["params"]) != len(b["params"])

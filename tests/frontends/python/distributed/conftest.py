@@ -19,7 +19,11 @@ _gloo = None
 
 
 def pytest_configure(config):
-    del config
+    # Nothing deprecated on kolo's own path: a DeprecationWarning or
+    # FutureWarning that kolo's modules raise, or that torch raises at
+    # them, fails the test (whatever the torch).
+    config.addinivalue_line("filterwarnings", "error::DeprecationWarning:kolo")
+    config.addinivalue_line("filterwarnings", "error::FutureWarning:kolo")
     global _gloo
     torch.manual_seed(4321)
     dist.init_process_group("kolo")

@@ -10,9 +10,13 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..",
                                     "..", ".."))
-SITE = os.path.join(REPO, "bazel-bin", "frontends", "python", "site")
-KOLORUN = os.path.join(REPO, "bazel-bin", "tools", "kolorun", "kolorun")
-PYTHON = "/usr/bin/python3"
+# The build under test: Debian's torch (bazel-bin, /usr/bin/python3), or
+# with KOLO_BIN and KOLO_PYTHON set, a build against another torch and the
+# interpreter that has it (tools/test.sh runs both).
+BIN = os.environ.get("KOLO_BIN") or os.path.join(REPO, "bazel-bin")
+SITE = os.path.join(BIN, "frontends", "python", "site")
+KOLORUN = os.path.join(BIN, "tools", "kolorun", "kolorun")
+PYTHON = os.environ.get("KOLO_PYTHON") or "/usr/bin/python3"
 
 
 def env(**extra):

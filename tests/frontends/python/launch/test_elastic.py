@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import KOLORUN, PYTHON, REPO, env, run
+from conftest import BIN, KOLORUN, PYTHON, REPO, env, run
 
 TRAIN = os.path.join(REPO, "tests", "frontends", "python", "elastic",
                      "train_elastic.py")
@@ -168,7 +168,7 @@ def test_elastic_flags_are_checked():
     assert "drop -H" in r.stderr
 
 
-CPP_TRAIN = os.path.join(REPO, "bazel-bin", "tests", "frontends", "torch",
+CPP_TRAIN = os.path.join(BIN, "tests", "frontends", "torch",
                          "elastic_train")
 
 

@@ -3,6 +3,8 @@
 import os
 import re
 
+import pytest
+
 from conftest import (KOLORUN, PYTHON, REPO, env, run, run_mpirun,
                       run_torchrun)
 
@@ -77,6 +79,10 @@ def test_under_mpirun(script):
         assert "RESULT rank %d of 2: [3.0, 3.0, 3.0]" % rank in r.stdout
 
 
+@pytest.mark.skipif(
+    bool(os.environ.get("KOLO_PYTHON")),
+    reason="tools/build_wheel.sh builds for Debian's torch only so far "
+    "(a wheel for KOLO_PYTHON's torch: issue 'kolo on current PyTorch')")
 def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_tree(tmp_path):
     wheels = tmp_path / "wheels"
     r = run([os.path.join(REPO, "tools/build_wheel.sh"), str(wheels)],

@@ -17,7 +17,11 @@ import kolo.torch as hvd
 
 
 def pytest_configure(config):
-    del config
+    # Nothing deprecated on kolo's own path: a DeprecationWarning or
+    # FutureWarning that kolo's modules raise, or that torch raises at
+    # them, fails the test (whatever the torch).
+    config.addinivalue_line("filterwarnings", "error::DeprecationWarning:kolo")
+    config.addinivalue_line("filterwarnings", "error::FutureWarning:kolo")
     torch.manual_seed(1234)
     hvd.init()
 

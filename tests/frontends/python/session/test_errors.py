@@ -28,10 +28,15 @@ def test_mismatched_dtypes_and_roots(rank):
         hvd.broadcast(torch.ones(2), root_rank=rank, name="err.root")
 
 
-def test_a_name_submitted_twice_fails_at_once():
-    h = hvd.allreduce_async(torch.ones(3), name="err.twice")
-    with pytest.raises(ValueError, match="already in flight"):
-        hvd.allreduce_async(torch.ones(3), name="err.twice")
+def test_a_name_submitted_twice_fails_at_once(rank):
+    # In flight on rank 0 until the others submit it, after the broadcast.
+    if rank == 0:
+        h = hvd.allreduce_async(torch.ones(3), name="err.twice")
+        with pytest.raises(ValueError, match="already in flight"):
+            hvd.allreduce_async(torch.ones(3), name="err.twice")
+    hvd.broadcast_object(0, 0, name="err.twice.order")
+    if rank != 0:
+        h = hvd.allreduce_async(torch.ones(3), name="err.twice")
     hvd.synchronize(h)
 
 
@@ -93,10 +98,19 @@ def test_allreduces_refuse_in_horovods_terms():
                 f(torch.ones(2, device="meta"), name=name)
         with pytest.raises(TypeError, match="name must be a str"):
             f(torch.ones(2), name=7)
-    # A name in flight: the runtime's refusal, as it is.
-    h = hvd.allreduce_async(torch.ones(3), op=hvd.Sum, name="err.async.twice")
-    with pytest.raises(ValueError, match="already in flight"):
-        hvd.allreduce_async_(torch.ones(3), op=hvd.Sum, name="err.async.twice")
+    # A name in flight: the runtime's refusal, as it is. Rank 0's first
+    # submission stays in flight until the others submit it, after the
+    # broadcast (else it could complete before the second call).
+    if hvd.rank() == 0:
+        h = hvd.allreduce_async(torch.ones(3), op=hvd.Sum,
+                                name="err.async.twice")
+        with pytest.raises(ValueError, match="already in flight"):
+            hvd.allreduce_async_(torch.ones(3), op=hvd.Sum,
+                                 name="err.async.twice")
+    hvd.broadcast_object(0, 0, name="err.async.twice.order")
+    if hvd.rank() != 0:
+        h = hvd.allreduce_async(torch.ones(3), op=hvd.Sum,
+                                name="err.async.twice")
     assert torch.equal(hvd.synchronize(h), torch.full((3,), float(hvd.size())))
     # Nothing else was submitted, and no generated name was used up by a
     # refusal: the job is in step, unnamed calls included.

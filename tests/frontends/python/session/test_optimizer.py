@@ -187,3 +187,28 @@ def test_bad_arguments():
         hvd.DistributedOptimizer(opt(), backward_passes_per_step=0)
     with pytest.raises(ValueError, match="op must be"):
         hvd.DistributedOptimizer(opt(), op=hvd.Max)
+
+
+def test_zero_grad_passes_set_to_none_through(rank):
+    """Horovod's wrapper passes zero_grad's arguments to torch's, whose
+    default differs between torch 1.13 (zeros) and 2.x (None)."""
+    model = torch.nn.Linear(2, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters())
+    for set_to_none in (False, True):
+        model(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=set_to_none)
+        if set_to_none:
+            assert model.weight.grad is None
+        else:
+            assert torch.equal(model.weight.grad, torch.zeros(1, 2))
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    torch_default = torch.optim.SGD([torch.zeros(1, requires_grad=True)],
+                                    lr=0.1)
+    p = torch_default.param_groups[0]["params"][0]
+    p.grad = torch.ones(1)
+    torch_default.zero_grad()
+    assert (model.weight.grad is None) == (p.grad is None)

@@ -39,6 +39,7 @@
 #include <torch/arg.h>
 #include <torch/optim/optimizer.h>
 #include <torch/ordered_dict.h>
+#include <torch/version.h>
 
 #include <memory>
 #include <string>
@@ -93,9 +94,16 @@ class DistributedOptimizer : public ::torch::optim::Optimizer {
   void save(::torch::serialize::OutputArchive& archive) const override;
   void load(::torch::serialize::InputArchive& archive) override;
 
-  // The wrapped optimizer's zero_grad(). Throws Error while allreduces are
-  // in flight (they write into the gradients).
-  void zero_grad();
+  // The wrapped optimizer's zero_grad(), with torch's own default: gradients
+  // set to undefined (torch 2.x; set_to_none = true) or zeroed (1.13, whose
+  // zero_grad() takes no argument; set_to_none = true undefines them here
+  // too). Throws Error while allreduces are in flight (they write into the
+  // gradients).
+#if TORCH_VERSION_MAJOR >= 2
+  void zero_grad(bool set_to_none = true);
+#else
+  void zero_grad(bool set_to_none = false);
+#endif
 
   // The wrapped optimizer. Between steps it holds no param groups (Note
   // [One set of param groups]).
