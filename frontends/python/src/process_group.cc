@@ -554,6 +554,70 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
   });
 }
 
+#if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions&) {
+  const char* what = "allgather_into_tensor_coalesced";
+  CheckCount(outputs, static_cast<int>(inputs.size()), what, "the outputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (outputs[i].numel() != inputs[i].numel() * getSize()) {
+      Refuse(absl::StrCat(what, ": output ", i, " holds ", outputs[i].numel(),
+                          " elements, not ", getSize(), " x ",
+                          inputs[i].numel()));
+    }
+  }
+  const std::string name = NextName();
+  std::vector<Handle> handles;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    handles.push_back(context_->allgather_async(
+        AsRow(inputs[i]),
+        AllgatherOptions().name(absl::StrCat(name, ".", i)).process_set(set_)));
+  }
+  std::vector<at::Tensor> out = outputs;
+  return Enqueue(c10d::OpType::COALESCED, name, handles,
+                 [handles, out, what]() mutable {
+                   for (size_t i = 0; i < handles.size(); ++i) {
+                     CopyInto(out[i], handles[i].wait(), what);
+                   }
+                   return out;
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* what = "reduce_scatter_tensor_coalesced";
+  CheckCount(outputs, static_cast<int>(inputs.size()), what, "the outputs");
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].numel() != outputs[i].numel() * getSize()) {
+      Refuse(absl::StrCat(what, ": input ", i, " holds ", inputs[i].numel(),
+                          " elements, not ", getSize(), " x ",
+                          outputs[i].numel()));
+    }
+  }
+  const kolo::ReduceOp op = ToKolo(opts.reduceOp, what);
+  const std::string name = NextName();
+  std::vector<Handle> handles;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    handles.push_back(context_->reducescatter_async(
+        inputs[i].reshape({getSize(), outputs[i].numel()}),
+        ReducescatterOptions()
+            .name(absl::StrCat(name, ".", i))
+            .op(op)
+            .process_set(set_)));
+  }
+  std::vector<at::Tensor> out = outputs;
+  return Enqueue(c10d::OpType::COALESCED, name, handles,
+                 [handles, out, what]() mutable {
+                   for (size_t i = 0; i < handles.size(); ++i) {
+                     CopyInto(out[i], handles[i].wait(), what);
+                   }
+                   return out;
+                 });
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
     std::vector<int64_t>& input_splits, const c10d::AllToAllOptions&) {

@@ -185,6 +185,18 @@ class ProcessGroupKolo : public KoloBackendBase {
       at::Tensor& output, at::Tensor& input,
       const c10d::ReduceScatterOptions& opts =
           c10d::ReduceScatterOptions()) override;
+#if TORCH_VERSION_MAJOR >= 2
+  // The coalesced forms of _allgather_base and _reduce_scatter_base (FSDP,
+  // dist._coalescing_manager): one Work over the pairs, each pair a
+  // collective of its own, named "<name>.<i>".
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts =
+          c10d::ReduceScatterOptions()) override;
+#endif
   c10::intrusive_ptr<c10d::Work> alltoall_base(
       at::Tensor& output, at::Tensor& input,
       std::vector<int64_t>& output_splits, std::vector<int64_t>& input_splits,
