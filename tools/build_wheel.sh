@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Builds the Python package kolo (kolo.torch, Horovod's API) as one wheel:
+# Builds the Python package kolo (kolo.torch, Horovod's API) as one wheel,
+# for the torch of KOLO_PYTHON (default /usr/bin/python3, Debian's torch):
 #
-#   tools/build_wheel.sh OUTDIR
+#   [KOLO_PYTHON=python] tools/build_wheel.sh OUTDIR
 #
 # writes OUTDIR/kolo-VERSION-cp3XX-cp3XX-linux_x86_64.whl: the package's
 # Python sources, its extension (kolo/_C, with kolo's runtime, backends and
 # LibTorch frontend linked in: nothing to set in LD_LIBRARY_PATH) and the
 # launcher (kolorun and kolo_rank_guard, installed into the environment's
-# bin/). It needs Debian's python3-torch at run time, which it asks for as
-# torch>=1.13.0a0. Install it next to Debian's torch, without a network:
+# bin/). It is the wheel `pip install --no-build-isolation .` builds
+# (setup.py, setuptools' PEP 517 backend), and asks for the torch it was
+# built for (torch==X.Y.*; Debian's 1.13.0a0 as >=1.13.0a0,<1.14). Install
+# it next to that torch, without a network, e.g. for Debian's:
 #
 #   /usr/bin/python3 -m venv --system-site-packages ENV
 #   ENV/bin/pip install --no-index OUTDIR/kolo-*.whl
@@ -19,14 +22,9 @@ if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
   echo "usage: $0 OUTDIR" >&2
   exit 2
 fi
-out=$1
+out=$(mkdir -p "$1" && cd "$1" && pwd)
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
-bazel build //frontends/python:site //tools/kolorun:kolorun \
-  //tools/kolorun:kolo_rank_guard >&2
-mkdir -p "$out"
-exec /usr/bin/python3 tools/make_wheel.py \
-  --site bazel-bin/frontends/python/site \
-  --script bazel-bin/tools/kolorun/kolorun \
-  --script bazel-bin/tools/kolorun/kolo_rank_guard \
-  --out "$out"
+python=${KOLO_PYTHON:-/usr/bin/python3}
+"$python" -m pip wheel -q --no-build-isolation --no-deps -w "$out" . >&2
+ls "$out"/kolo-*.whl

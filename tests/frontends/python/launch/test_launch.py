@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from conftest import (KOLORUN, PYTHON, REPO, env, run, run_mpirun,
+from conftest import (BIN, KOLORUN, PYTHON, REPO, env, run, run_mpirun,
                       run_torchrun)
 
 ALLREDUCE = """
@@ -81,8 +81,8 @@ def test_under_mpirun(script):
 
 @pytest.mark.skipif(
     bool(os.environ.get("KOLO_PYTHON")),
-    reason="tools/build_wheel.sh builds for Debian's torch only so far "
-    "(a wheel for KOLO_PYTHON's torch: issue 'kolo on current PyTorch')")
+    reason="a fresh venv over /usr/bin/python3's site packages has Debian's "
+    "torch: test_pip_install_builds_against_the_venvs_torch covers this one")
 def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_tree(tmp_path):
     wheels = tmp_path / "wheels"
     r = run([os.path.join(REPO, "tools/build_wheel.sh"), str(wheels)],
@@ -123,3 +123,69 @@ def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_tree(tmp_path):
             env=clean, cwd=str(outside))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "[1] OK rank 1 of 2: test accuracy" in r.stdout, r.stdout
+
+
+def _output_base(bin_dir):
+    """The Bazel output base a bazel-bin symlink points into."""
+    return os.path.realpath(bin_dir).split("/execroot/")[0]
+
+
+def test_pip_install_builds_against_the_venvs_torch(tmp_path):
+    """pip install --no-build-isolation <checkout> in a venv that holds a
+    torch builds kolo against that torch: Debian's (a fresh venv over
+    /usr/bin/python3's site packages), or KOLO_PYTHON's venv (installed
+    there, then removed). The wheel asks for that torch's minor version;
+    kolorun comes into the venv's bin/ and runs a job outside the tree."""
+    if PYTHON == "/usr/bin/python3":
+        venv_bin = tmp_path / "venv" / "bin"
+        r = run([PYTHON, "-m", "venv", "--system-site-packages",
+                 str(tmp_path / "venv")])
+        assert r.returncode == 0, r.stderr
+        python = str(venv_bin / "python")
+    else:
+        python = PYTHON
+        venv_bin = os.path.dirname(PYTHON)
+    pip = os.path.join(str(venv_bin), "pip")
+    clean = {k: v for k, v in env().items() if k not in ("PYTHONPATH",
+                                                         "LD_LIBRARY_PATH")}
+    build_env = dict(clean, KOLO_BAZEL_OUTPUT_BASE=_output_base(BIN))
+    try:
+        r = run([pip, "install", "--no-build-isolation", REPO], env=build_env,
+                timeout=1800, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = run([python, "-c",
+                 "import importlib.metadata as m, torch; "
+                 "print(m.requires('kolo'), torch.__version__)"],
+                env=clean, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stderr
+        requires, version = r.stdout.rsplit(" ", 1)
+        major, minor = version.split(".")[:2]
+        # (Older setuptools write "torch (==X.Y.*)".)
+        assert "torch" in requires, requires
+        if "a0" in version:  # Debian's 1.13.0a0+gitunknown
+            assert "<%s.%d" % (major, int(minor) + 1) in requires, requires
+            assert ">=%s.%s.0a0" % (major, minor) in requires, requires
+        else:
+            assert "==%s.%s.*" % (major, minor) in requires, requires
+        (tmp_path / "train.py").write_text(ALLREDUCE)
+        r = run([os.path.join(str(venv_bin), "kolorun"), "-np", "2", python,
+                 "train.py"], env=clean, cwd=str(tmp_path))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "RESULT rank 1 of 2: [3.0, 3.0, 3.0]" in r.stdout, r.stdout
+    finally:
+        if PYTHON != "/usr/bin/python3":
+            run([pip, "uninstall", "-y", "-q", "kolo"], env=clean)
+
+
+def test_a_source_install_without_torch_says_so(tmp_path):
+    """In a venv without torch, the build stops at once saying what is
+    missing and what to do."""
+    r = run(["/usr/bin/python3", "-m", "venv", str(tmp_path / "bare")])
+    assert r.returncode == 0, r.stderr
+    r = run([str(tmp_path / "bare" / "bin" / "pip"), "install",
+             "--no-build-isolation", "--no-index", REPO],
+            env={k: v for k, v in env().items() if k != "PYTHONPATH"},
+            cwd=str(tmp_path), timeout=300)
+    assert r.returncode != 0
+    assert "has no torch" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "pip install torch" in r.stdout + r.stderr
