@@ -507,9 +507,8 @@ class _Allgather(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # As Horovod defines it: every rank's output holds this rank's rows,
-        # whose gradient is the average over the set's ranks of the
-        # matching slice.
+        # As Horovod: this rank's rows get the average over the set of the
+        # matching slice of every output's gradient.
         averaged = allreduce(grad_output, op=Average,
                              process_set=ctx.process_set)
         offset, _ = _rows_before_me(ctx.rows, ctx.process_set)
@@ -588,9 +587,8 @@ class _Broadcast(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        # As Horovod defines it: every rank's output is root's input, whose
-        # gradient is the average of all; the others' inputs reach no
-        # output. (root_rank is a rank of the job.)
+        # As Horovod: root's input gets the average of every output's
+        # gradient; the others' none (root_rank is a rank of the job).
         averaged = allreduce(grad_output, op=Average,
                              process_set=ctx.process_set)
         if _C.rank() != ctx.root_rank:
