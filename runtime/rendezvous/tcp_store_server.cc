@@ -655,6 +655,12 @@ void TcpStoreServerImpl::ExpireParked(absl::Time now) {
 }
 
 void TcpStoreServerImpl::Shutdown() {
+  // The listener closes first: a client that takes the last answer below
+  // as "the store is gone" and connects again at once (a rank joining
+  // again after Shutdown, Note [Rank 0's store at shutdown]) must be
+  // refused, and so retry until the next store is up, not be accepted
+  // into this listener's backlog and reset in its handshake.
+  listener_.Close();
   // Parked requests get a last answer, best effort (one non-blocking send
   // each), then every connection closes.
   wire::StoreResponse response;
@@ -672,7 +678,6 @@ void TcpStoreServerImpl::Shutdown() {
   parked_.clear();
   connections_.clear();
   handshakes_->CloseAll();
-  listener_.Close();
   stat_connections_.store(0);
   stat_pending_.store(0);
   stat_parked_.store(0);

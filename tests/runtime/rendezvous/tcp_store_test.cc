@@ -1,5 +1,13 @@
 #include "runtime/rendezvous/tcp_store.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include <memory>
 #include <string>
 #include <thread>
@@ -152,6 +160,42 @@ TEST(TcpStoreTest, StopWhileAClientIsBlockedInGet) {
       st.message(),
       absl::StrCat("rendezvous store at 127.0.0.1:", server->port())))
       << st;
+}
+
+// Note [Rank 0's store at shutdown]: a client whose parked GET ends because
+// the store stopped may connect again at once; it must be refused (and so
+// retry until the next store is up), never accepted by the listener that is
+// going away and then reset.
+TEST(TcpStoreTest, AGetEndedByStopFindsTheListenerClosed) {
+  std::unique_ptr<TcpStoreServer> server = StartServer();
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  std::shared_ptr<Store> client = Connect(*server);
+  ASSERT_NE(client, nullptr);
+  absl::StatusOr<std::string> got = absl::UnknownError("not run");
+  int connect_errno = 0;
+  std::thread getter([&] {
+    client->Set("getter-ready", "1").IgnoreError();
+    got = client->Get("never-set", absl::Seconds(300));
+    // At once, as a rank joining again does.
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connect_errno =
+        ::connect(fd, reinterpret_cast<struct sockaddr*>(&addr),
+                  sizeof(addr)) == 0
+            ? 0
+            : errno;
+    ::close(fd);
+  });
+  ASSERT_TRUE(server->local()->Get("getter-ready", absl::Seconds(30)).ok());
+  server->Stop();
+  getter.join();
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(connect_errno, ECONNREFUSED)
+      << "connect after the GET ended: " << std::strerror(connect_errno);
 }
 
 TEST(TcpStoreTest, LostConnectionIsUnavailable) {

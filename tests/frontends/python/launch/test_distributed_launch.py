@@ -36,6 +36,12 @@ total = sum(p.double().sum().item() for p in model.parameters())
 print("PARAMS rank %d of %d backend %s: %.17g" % (
     rank, dist.get_world_size(), dist.get_backend(), total), flush=True)
 dist.destroy_process_group()
+if sys.argv[1] == "gloo":
+    # The reference run: torch 2.15's gloo backend aborts now and then in
+    # interpreter teardown ("terminate called without an active exception",
+    # 3 of 30 runs under load with kolo not imported); kolo's own run exits
+    # normally.
+    os._exit(0)
 """
 
 
