@@ -33,6 +33,11 @@ def _impl(ctx):
     objects = unique.values()
 
     link_flags = [
+        # GNU ld, not the toolchain's gold: gold keeps exporting the weak
+        # std::string members that torch's C++20 headers instantiate in the
+        # frontend's objects (four of them, with a pip torch >= 2.13) although
+        # the version script makes everything but kolo's names local.
+        "-fuse-ld=bfd",
         "-Wl,--version-script=" + ctx.file.version_script.path,
         "-Wl,-soname," + ctx.attr.soname,
     ] + link_flags

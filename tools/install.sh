@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs kolo for programs built outside Bazel (CMake, pkg-config):
 #
-#   tools/install.sh PREFIX
+#   [KOLO_PYTHON=/path/to/venv/bin/python] tools/install.sh PREFIX
 #
+# The LibTorch frontend is built against the torch of KOLO_PYTHON (default
+# /usr/bin/python3: Debian's 1.13; a pip torch carries LibTorch too), and the
+# CMake config and kolo.pc name that torch's folders, libraries and C++
+# standard (third_party/torch.bzl).
 # PREFIX/lib/libkolo_core.so (the runtime and its backends, no LibTorch),
 # PREFIX/lib/libkolo.so (the same with the LibTorch frontend; both export
 # only kolo's symbols), PREFIX/include/kolo/ (the C++ API and kolo/torch/),
@@ -19,4 +23,6 @@ cd "$(dirname "$0")/.."
 
 bazel build //packaging:kolo //packaging:kolo_core >&2
 exec packaging/install_files.sh --lib bazel-bin/packaging/libkolo.so \
-  --core-lib bazel-bin/packaging/libkolo_core.so --root . "$prefix"
+  --core-lib bazel-bin/packaging/libkolo_core.so \
+  --torch "$(bazel info output_base 2>/dev/null)/external/torch/install.env" \
+  --root . "$prefix"

@@ -164,9 +164,10 @@ rm -rf "$py_out" "$py_log"
 # The torch-facing tests again, against the newest torch on PyPI
 # (tools/torch-versions.txt) in a venv of the project's own
 # (tools/torch_env.sh), built in an output base of its own so that the
-# build for Debian's torch stays as it is: the C++ frontend's tests, the
-# kolo.torch and torch.distributed sessions at 2 and 3 ranks, the launch
-# tests. Results are labelled torch<version>/.
+# build for Debian's torch stays as it is: the C++ frontend's tests (the
+# installed libkolo.so from CMake and pkg-config included), the kolo.torch
+# and torch.distributed sessions at 2 and 3 ranks, the launch tests. Results
+# are labelled torch<version>/.
 torch_version=$(sed -n 's/^torch==//p' tools/torch-versions.txt)
 label="torch$torch_version"
 echo "=== $label from PyPI: C++ frontend, kolo.torch, torch.distributed, launch tests ==="
@@ -180,7 +181,8 @@ if torch_python=$(tools/torch_env.sh); then
   "${t_bazel[@]}" test "${t_flags[@]}" //tests/frontends/torch:ops_test \
     //tests/frontends/torch:optimizer_test \
     //tests/frontends/torch:broadcast_test \
-    //tests/frontends/torch:mnist_test 2>&1 | tee "$t_log"
+    //tests/frontends/torch:mnist_test //tests/frontends/torch:install_test \
+    2>&1 | tee "$t_log"
   t_pass=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$t_log" || true)
   t_fail=$(grep -cE "^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)" "$t_log" || true)
   if [ "$t_pass" -eq 0 ] && [ "$t_fail" -eq 0 ]; then t_fail=1; fi  # did not build

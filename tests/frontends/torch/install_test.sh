@@ -15,11 +15,15 @@
 #      Fashion-MNIST files (20 batches per epoch), resumes from its
 #      checkpoint with the scheduler's lr, and ends with identical replicas.
 #
-#   install_test.sh LIBKOLO_SO LIBKOLO_CORE_SO KOLORUN   (cwd = runfiles)
+#   install_test.sh LIBKOLO_SO LIBKOLO_CORE_SO KOLORUN TORCH_ENV  (cwd = runfiles)
+#
+# TORCH_ENV is @torch//:install.env: the test runs against whichever torch
+# KOLO_PYTHON built for (tools/test.sh: Debian's 1.13, then PyPI's).
 set -euo pipefail
 lib=$1
 core_lib=$2
 kolorun=$3
+torch_env=$4
 tmp=${TEST_TMPDIR:-$(mktemp -d)}
 prefix=$tmp/prefix
 consumers=tests/frontends/torch
@@ -28,7 +32,8 @@ fail() {
   exit 1
 }
 
-packaging/install_files.sh --lib "$lib" --core-lib "$core_lib" --root . "$prefix"
+packaging/install_files.sh --lib "$lib" --core-lib "$core_lib" \
+  --torch "$torch_env" --root . "$prefix"
 for f in lib/libkolo.so lib/libkolo.so.0 lib/libkolo_core.so \
   lib/libkolo_core.so.0 include/kolo/runtime.h include/kolo/torch/torch.h \
   lib/cmake/kolo/koloConfig.cmake lib/cmake/kolo/koloConfigVersion.cmake \
@@ -61,6 +66,27 @@ no_torch() {
     fail "$1 loads LibTorch"
   fi
 }
+# The torch kolo was built for (TORCH_ENV), whatever other torch the system
+# has: each LibTorch library a program loads comes from its folder.
+# shellcheck disable=SC1090
+. "$torch_env"
+links_the_torch() {
+  local loaded want path
+  loaded=$(ldd "$1" | grep -E '^\s*lib(torch|torch_cpu|c10)\.so' || true)
+  [ "$(grep -c . <<<"$loaded")" -eq 3 ] ||
+    fail "$1 does not load libtorch, libtorch_cpu and libc10: $loaded"
+  want=$(readlink -f "$TORCH_LIBDIR")
+  for path in $(awk '{print $3}' <<<"$loaded"); do
+    [ "$(dirname "$(readlink -f "$path")")" = "$want" ] ||
+      fail "$1 loads $path, not torch $TORCH_VERSION's (in $TORCH_LIBDIR)"
+  done
+  if [ -n "${TORCH_NCCL:-}" ]; then
+    path=$(ldd "$1" | awk '$1 == "libnccl.so.2" {print $3}')
+    [ "$(readlink -f "$path")" = "$(readlink -f "$TORCH_NCCL")" ] ||
+      fail "$1 loads libnccl.so.2 from $path, not torch's $TORCH_NCCL"
+  fi
+  echo "$1 loads torch $TORCH_VERSION's libraries from $TORCH_LIBDIR"
+}
 # Runs `$@` at -np 2 under kolorun; both ranks must print `$pattern`.
 run_two() {
   local pattern=$1
@@ -91,7 +117,7 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 g++ -std=c++17 -O1 $consumers/cmake_consumer/core_consumer.cc \
   $(pkg-config --cflags --libs kolo-core) -o "$tmp/core_pkg_config" ||
   fail "building with pkg-config kolo-core"
-if pkg-config --cflags --libs kolo-core | grep -q torch; then
+if pkg-config --cflags --libs kolo-core | grep -qE -- "-l(torch|c10)|torch/csrc|$TORCH_LIBDIR"; then
   fail "kolo-core.pc mentions torch: $(pkg-config --cflags --libs kolo-core)"
 fi
 no_torch "$tmp/core_pkg_config"
@@ -112,6 +138,7 @@ cmake -S $consumers/cmake_consumer -B "$tmp/build" \
   { cat "$tmp/cmake.log"; fail "cmake configure"; }
 cmake --build "$tmp/build" -j 2 >"$tmp/build.log" 2>&1 ||
   { cat "$tmp/build.log"; fail "cmake build"; }
+links_the_torch "$tmp/build/train"
 checkpoint=$tmp/checkpoint
 # Epoch 1, then a second run that resumes from its checkpoint for epochs 2
 # and 3.
@@ -130,9 +157,13 @@ sums=$(grep -oE 'rank [01] parameters .*' <<<"$out" | awk '{print $4}' | sort -u
 
 echo "=== LibTorch: pkg-config kolo"
 # shellcheck disable=SC2046
-g++ -std=c++17 -O1 $consumers/cmake_consumer/train.cc \
+# No -std here: kolo.pc's Cflags carry the standard torch's headers need.
+g++ -O1 $consumers/cmake_consumer/train.cc \
   $(pkg-config --cflags --libs kolo) -o "$tmp/train_pkg_config" ||
   fail "building with pkg-config kolo"
+pkg-config --cflags kolo | grep -q -- "-std=c++$TORCH_CXX_STD" ||
+  fail "kolo.pc gives no -std=c++$TORCH_CXX_STD: $(pkg-config --cflags kolo)"
+links_the_torch "$tmp/train_pkg_config"
 rm -rf "$checkpoint"
 run_two '^\[[01]\] rank [01] parameters ' "$tmp/train_pkg_config" "$data" 1 "$checkpoint" 20
 echo PASSED
