@@ -20,10 +20,17 @@
 #              neither glibc, libstdc++/libgcc nor CUDA/NCCL (Debian's abseil,
 #              protobuf, gloo, hiredis, ibverbs, and the Bazel-built
 #              libraries of the test binaries; kolo needs no OpenSSL)
-#   include/   kolo's public headers (kolo/, kolo/torch/) and abseil's
+#   include/   kolo's public headers (kolo/, kolo/torch/), abseil's, and the
+#              private ones the frontend's sources include (runtime/sync/)
 #   src/       the LibTorch frontend's sources (frontends/torch/*.cc)
 #   project/   tests/device: a CMake project building the frontend and
-#              torch_cuda_check.cc against find_package(Torch)
+#              torch_cuda_check.cc against find_package(Torch), and
+#              torch_python_check.py
+#   wheel/     kolo's wheel (kolo.torch, the torch.distributed backend) built
+#              against the GPU machine's torch, pinned in
+#              tools/torch-device.txt (torch 2.11.0 on Python 3.12: a venv of
+#              tools/torch_env.sh, Bazel in an output base of its own); lib/
+#              also holds what its extension needs
 #   MANIFEST   commit, date, what was built and what was missing
 # libcudart and libnccl are NOT carried: `run` finds the GPU machine's own
 # (torch's lib dir, nvidia-* wheels under site-packages, /usr/local/cuda).
@@ -35,6 +42,9 @@
 #   - the GPU test binaries with LD_LIBRARY_PATH = DIR/lib + the CUDA dirs;
 #   - meanwhile (in the background) the CMake project, configured with ninja
 #     against that machine's LibTorch; then torch_cuda_check;
+#   - the wheel, installed with pip --target into DIR/site (no network, no
+#     dependencies: that machine's torch is the one it was built for), and
+#     torch_python_check.py under kolorun -np 1 with that machine's python3;
 # and ends with "device_check: N passed, N failed, N skipped". Where
 # nvidia-smi lists a GPU, a test that skips counts as failed (it should have
 # found the GPU). Logs go to DIR/logs (and to $DEVICE_CHECK_LOGS if set, e.g.
@@ -133,8 +143,27 @@ prepare() {
   local bin
   bin=$(bazel info bazel-bin 2>/dev/null) || die "bazel info failed"
 
+  # kolo's wheel for the GPU machine's torch, built before the old bundle
+  # goes. DEVICE_CHECK_WHEEL=0 leaves it out (run then reports it missing).
+  local wheel_tmp device_python=""
+  wheel_tmp=$(mktemp -d)
+  if [ "${DEVICE_CHECK_WHEEL:-1}" = 1 ]; then
+    if device_python=$(tools/torch_env.sh tools/torch-device.txt) &&
+       KOLO_PYTHON=$device_python KOLO_BAZEL_OUTPUT_BASE="$HOME/.cache/kolo-torch-device-$(pwd | md5sum | cut -c1-8)" \
+         tools/build_wheel.sh "$wheel_tmp" >/dev/null; then
+      echo "device_check: wheel $(basename "$(ls "$wheel_tmp"/kolo-*.whl)")"
+    else
+      missing+=(wheel)
+      echo "device_check: WARNING: no wheel for tools/torch-device.txt's torch" >&2
+    fi
+  else
+    missing+=(wheel)
+  fi
+
   rm -rf "$dir"
-  mkdir -p "$dir"/{bin,lib,include/kolo/torch,src/frontends/torch,project,logs}
+  mkdir -p "$dir"/{bin,lib,include/kolo/torch,src/frontends/torch,project,logs,wheel}
+  cp "$wheel_tmp"/kolo-*.whl "$dir/wheel/" 2>/dev/null
+  rm -rf "$wheel_tmp"
   install -m 0755 "$bin/packaging/libkolo_core.so" "$dir/lib/libkolo_core.so.0"
   ln -s libkolo_core.so.0 "$dir/lib/libkolo_core.so"
   install -m 0755 "$bin/tools/kolorun/kolorun" "$dir/bin/"
@@ -149,6 +178,17 @@ prepare() {
     install -m 0755 "$bin/${path/://}" "$dir/bin/" || die "no binary for $t"
   done
 
+  # The wheel's extension: what it needs besides torch (the device venv's
+  # libraries, which the GPU machine's torch has too).
+  local extension_dir="" torch_site=""
+  if [ -n "$device_python" ] && ls "$dir"/wheel/kolo-*.whl >/dev/null 2>&1; then
+    extension_dir=$(mktemp -d)
+    (cd "$extension_dir" && python3 -m zipfile -e "$dir"/wheel/kolo-*.whl .) ||
+      die "cannot unpack the wheel"
+    torch_site=$("$device_python" -c 'import site; print(site.getsitepackages()[0])')
+    sources+=("$extension_dir"/kolo/_C*.so)
+  fi
+
   # Shared libraries: ldd gives the whole closure, resolved as here (from
   # Bazel's outputs, whose RUNPATHs lead to Bazel's own libraries).
   local f line soname path
@@ -158,6 +198,7 @@ prepare() {
       path=$(sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p' <<<"$line")
       grep -qE "$SYSTEM_LIBS" <<<"$soname" && continue
       [[ $soname == libkolo_core.so.0 ]] && continue
+      [ -n "$torch_site" ] && [[ $path == "$torch_site"/* ]] && continue
       if [ -z "$path" ]; then
         grep -q 'not found' <<<"$line" && die "$f needs $soname, not found here"
         continue
@@ -169,8 +210,15 @@ prepare() {
   install -m 0644 runtime/include/kolo/*.h "$dir/include/kolo/"
   install -m 0644 frontends/torch/include/kolo/torch/*.h "$dir/include/kolo/torch/"
   cp -r /usr/include/absl "$dir/include/absl"
+  # The private headers the frontend's sources include (runtime/sync/mutex.h).
+  local header
+  for header in $(sed -n 's/^#include "\(runtime\/[^"]*\)"/\1/p' frontends/torch/*.cc | sort -u); do
+    install -D -m 0644 "$header" "$dir/include/$header"
+  done
   install -m 0644 frontends/torch/*.cc "$dir/src/frontends/torch/"
-  install -m 0644 tests/device/CMakeLists.txt "$dir/project/"
+  [ -n "$extension_dir" ] && rm -rf "$extension_dir"
+  install -m 0644 tests/device/CMakeLists.txt tests/device/torch_python_check.py \
+    "$dir/project/"
   if [ -f tests/device/torch_cuda_check.cc ]; then
     install -m 0644 tests/device/torch_cuda_check.cc "$dir/project/"
   else
@@ -192,7 +240,7 @@ $stray"
     echo "prepared $(date -u +%FT%TZ) on $(hostname)"
     echo "tests ${existing[*]:-none}"
     echo "missing ${missing[*]:-none}"
-    (cd "$dir" && find bin lib project src -type f -printf '%s %p\n' | sort -k2)
+    (cd "$dir" && find bin lib project src wheel -type f -printf '%s %p\n' | sort -k2)
   } >"$dir/MANIFEST"
   local bytes
   bytes=$(du -sb "$dir" | cut -f1)
@@ -482,6 +530,24 @@ EOF
         "$(limit 90)" "${check}_torch_first") >"$logs/torch_cuda_check_torch_first.log" 2>&1
       classify torch_cuda_check_torch_first "$?" "$logs/torch_cuda_check_torch_first.log"
     fi
+  fi
+
+  echo "=== torch_python_check (kolo's wheel, kolo.torch and torch.distributed)"
+  local whl
+  whl=$(ls "$dir"/wheel/kolo-*.whl 2>/dev/null | head -n 1)
+  if [ -z "$whl" ]; then
+    result fail torch_python_check "no wheel in the bundle (prepare could not build it)"
+  elif ! timeout 120 python3 -m pip install -q --no-index --no-deps --no-compile \
+      --upgrade --target "$dir/site" "$whl" >"$logs/wheel_install.log" 2>&1; then
+    show_failures "$logs/wheel_install.log"
+    result fail torch_python_check "pip could not install ${whl##*/} for this python3"
+  else
+    # kolorun prefixes each line with its rank: classify reads them bare.
+    (cd "$logs" && PYTHONPATH=$dir/site LD_LIBRARY_PATH=$ldpath timeout -k 5 \
+      "$(limit 150)" "$dir/bin/kolorun" -np 1 python3 \
+      "$dir/project/torch_python_check.py" 2>&1) |
+      sed 's/^\[0\] //' >"$logs/torch_python_check.log"
+    classify torch_python_check "${PIPESTATUS[0]}" "$logs/torch_python_check.log"
   fi
 
   if [ -n "${DEVICE_CHECK_LOGS:-}" ] && [ -d "$DEVICE_CHECK_LOGS" ]; then

@@ -555,6 +555,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
 }
 
 #if TORCH_VERSION_MAJOR >= 2
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::EnqueueCoalesced(
+    const std::string& name, std::vector<Handle> handles,
+    std::vector<at::Tensor> outputs, const char* what) {
+  return Enqueue(c10d::OpType::COALESCED, name, handles,
+                 [handles, outputs, what]() mutable {
+                   for (size_t i = 0; i < handles.size(); ++i) {
+                     CopyInto(outputs[i], handles[i].wait(), what);
+                   }
+                   return outputs;
+                 });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
@@ -574,14 +586,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_into_tensor_coalesced
         AsRow(inputs[i]),
         AllgatherOptions().name(absl::StrCat(name, ".", i)).process_set(set_)));
   }
-  std::vector<at::Tensor> out = outputs;
-  return Enqueue(c10d::OpType::COALESCED, name, handles,
-                 [handles, out, what]() mutable {
-                   for (size_t i = 0; i < handles.size(); ++i) {
-                     CopyInto(out[i], handles[i].wait(), what);
-                   }
-                   return out;
-                 });
+  return EnqueueCoalesced(name, std::move(handles), outputs, what);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter_tensor_coalesced(
@@ -607,14 +612,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter_tensor_coalesced
             .op(op)
             .process_set(set_)));
   }
-  std::vector<at::Tensor> out = outputs;
-  return Enqueue(c10d::OpType::COALESCED, name, handles,
-                 [handles, out, what]() mutable {
-                   for (size_t i = 0; i < handles.size(); ++i) {
-                     CopyInto(out[i], handles[i].wait(), what);
-                   }
-                   return out;
-                 });
+  return EnqueueCoalesced(name, std::move(handles), outputs, what);
 }
 #endif
 

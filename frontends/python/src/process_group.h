@@ -225,6 +225,12 @@ class ProcessGroupKolo : public KoloBackendBase {
   c10::intrusive_ptr<c10d::Work> Enqueue(
       c10d::OpType type, const std::string& name, std::vector<Handle> handles,
       std::function<std::vector<at::Tensor>()> finish);
+#if TORCH_VERSION_MAJOR >= 2
+  // The Work of a coalesced collective: handles[i] fills outputs[i].
+  c10::intrusive_ptr<c10d::Work> EnqueueCoalesced(
+      const std::string& name, std::vector<Handle> handles,
+      std::vector<at::Tensor> outputs, const char* what);
+#endif
 
   const std::shared_ptr<Context> context_;
   const int set_;

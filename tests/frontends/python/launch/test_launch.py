@@ -189,3 +189,15 @@ def test_a_source_install_without_torch_says_so(tmp_path):
     assert r.returncode != 0
     assert "has no torch" in r.stdout + r.stderr, r.stdout + r.stderr
     assert "pip install torch" in r.stdout + r.stderr
+
+
+def test_the_device_checks_python_script_on_cpu_tensors():
+    """tests/device/torch_python_check.py, which tools/device_check.sh runs
+    on the GPU machine, passes here with its checks on CPU tensors (so that
+    device time is never spent on a broken script)."""
+    r = run([KOLORUN, "-np", "1", PYTHON,
+             os.path.join(REPO, "tests", "device", "torch_python_check.py")],
+            env=env(KOLO_CHECK_DEVICE="cpu"), timeout=180)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    assert "torch_python_check: 8 passed, 0 failed, 0 skipped" in out, out
