@@ -17,6 +17,66 @@ print("RESULT rank %d of %d: %s" % (hvd.rank(), hvd.size(), out.tolist()))
 """
 
 
+# What a pip-installed kolo must train, outside the tree: a Horovod-style
+# loop, DDP, ZeroRedundancyOptimizer and (torch 2.x) FSDP on the CPU, on the
+# "kolo" backend; each leaves the replicas identical.
+TRAIN_FOUR_WAYS = """
+import warnings
+import torch
+import torch.distributed as dist
+import kolo.torch as hvd
+from torch.distributed.optim import ZeroRedundancyOptimizer
+
+def model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 2))
+
+def train(way, net, opt, params):
+    gen = torch.Generator().manual_seed(hvd.rank())
+    for _ in range(3):
+        x, y = torch.randn(4, 8, generator=gen), torch.randn(4, 2, generator=gen)
+        opt.zero_grad()
+        ((net(x) - y) ** 2).mean().backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in params()])
+    every = hvd.allgather(flat.unsqueeze(0), name="check." + way)
+    assert all(torch.equal(row, every[0]) for row in every), "replicas differ"
+    return float(flat.double().sum())
+
+hvd.init()
+m = model()
+hvd.broadcast_parameters(m.state_dict(), root_rank=0)
+opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                               named_parameters=m.named_parameters())
+results = {"horovod": train("horovod", m, opt, m.parameters)}
+dist.init_process_group("kolo")
+m = model()
+ddp = torch.nn.parallel.DistributedDataParallel(m)
+results["ddp"] = train("ddp", ddp, torch.optim.SGD(ddp.parameters(), lr=0.1),
+                       m.parameters)
+m = model()
+ddp = torch.nn.parallel.DistributedDataParallel(m)
+zero = ZeroRedundancyOptimizer(ddp.parameters(), torch.optim.Adam, lr=0.01)
+results["zero"] = train("zero", ddp, zero, m.parameters)
+if int(torch.__version__.split(".")[0]) >= 2:
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's, about FSDP1
+        fsdp = FSDP(model(), device_id=torch.device("cpu"),
+                    use_orig_params=True)
+        def full():
+            with FSDP.summon_full_params(fsdp):
+                return [p.detach().clone() for p in fsdp.parameters()]
+        results["fsdp"] = train("fsdp", fsdp,
+                                torch.optim.SGD(fsdp.parameters(), lr=0.1),
+                                full)
+dist.destroy_process_group()
+print("TRAINED rank %d of %d: %s" % (hvd.rank(), hvd.size(),
+                                     " ".join(sorted(results))), flush=True)
+"""
+
+
 def test_mnist_example_on_a_subset_as_the_readme_shows():
     r = run([KOLORUN, "-np", "2", PYTHON,
              os.path.join(REPO, "frontends/python/examples/mnist.py"),
@@ -135,7 +195,9 @@ def test_pip_install_builds_against_the_venvs_torch(tmp_path):
     torch builds kolo against that torch: Debian's (a fresh venv over
     /usr/bin/python3's site packages), or KOLO_PYTHON's venv (installed
     there, then removed). The wheel asks for that torch's minor version;
-    kolorun comes into the venv's bin/ and runs a job outside the tree."""
+    kolorun comes into the venv's bin/ and runs jobs outside the tree: an
+    allreduce, and a Horovod-style loop, DDP, ZeroRedundancyOptimizer and
+    (torch 2.x) FSDP at 2 and 3 ranks."""
     if PYTHON == "/usr/bin/python3":
         venv_bin = tmp_path / "venv" / "bin"
         r = run([PYTHON, "-m", "venv", "--system-site-packages",
@@ -172,6 +234,16 @@ def test_pip_install_builds_against_the_venvs_torch(tmp_path):
                  "train.py"], env=clean, cwd=str(tmp_path))
         assert r.returncode == 0, r.stdout + r.stderr
         assert "RESULT rank 1 of 2: [3.0, 3.0, 3.0]" in r.stdout, r.stdout
+        (tmp_path / "four.py").write_text(TRAIN_FOUR_WAYS)
+        ways = "ddp fsdp horovod zero" if major != "1" else "ddp horovod zero"
+        for np in (2, 3):
+            r = run([os.path.join(str(venv_bin), "kolorun"), "-np", str(np),
+                     python, "four.py"], env=clean, cwd=str(tmp_path),
+                    timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr
+            for rank in range(np):
+                assert "TRAINED rank %d of %d: %s" % (rank, np, ways) in \
+                    r.stdout, r.stdout
     finally:
         if PYTHON != "/usr/bin/python3":
             run([pip, "uninstall", "-y", "-q", "kolo"], env=clean)
