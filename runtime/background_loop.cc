@@ -251,29 +251,32 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     // while it is open and this rank has executed the log as far as the
     // coordinator had written it when it opened; the rest (and any hit
     // whose slot another id holds) goes to the coordinator, counted.
-    if (!LockBoard()) return;
     std::vector<int64_t>& ids = hits[kGlobalProcessSet];
     bool published = false;
     bool full = false;  // complete ids left ready: the log is full
-    if (!ids.empty() && board_->Usable(board_cursor_)) {
-      board_complete_.clear();
-      board_refused_.clear();
-      board_->Set(ids, internal::MonotonicNanos(), &board_complete_,
-                  &board_refused_);
-      counters_.board_hits += static_cast<int64_t>(ids.size() -
-                                                   board_refused_.size());
-      ids.swap(board_refused_);
-      published = board_->Publish(&board_complete_);
-      if (!published && !board_complete_.empty()) full = true;
+    bool send = false;
+    {
+      if (!LockBoard()) return;
+      HitBoardLock locked(board_);
+      if (!ids.empty() && board_->Usable(board_cursor_)) {
+        board_complete_.clear();
+        board_refused_.clear();
+        board_->Set(ids, internal::MonotonicNanos(), &board_complete_,
+                    &board_refused_);
+        counters_.board_hits += static_cast<int64_t>(ids.size() -
+                                                     board_refused_.size());
+        ids.swap(board_refused_);
+        published = board_->Publish(&board_complete_);
+        if (!published && !board_complete_.empty()) full = true;
+      }
+      if (board_->ready_pending()) {
+        published = board_->FlushReady() || published;
+        full = full || board_->ready_pending();
+      }
+      send = lists[kGlobalProcessSet].requests_size() > 0 || !ids.empty() ||
+             send_shutdown;
+      if (send && options_.rank != 0) board_->CountSent();
     }
-    if (board_->ready_pending()) {
-      published = board_->FlushReady() || published;
-      full = full || board_->ready_pending();
-    }
-    const bool send = lists[kGlobalProcessSet].requests_size() > 0 ||
-                      !ids.empty() || send_shutdown;
-    if (send && options_.rank != 0) board_->CountSent();
-    board_->Unlock();
     if (!send) lists.erase(kGlobalProcessSet);
     // Full: the ranks that have not executed the log must run (ranks
     // outside a set wait for nothing when only its markers are left).
@@ -440,16 +443,19 @@ void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list)
     // rank's bits too: executing what they appended ends.
     bool appended = false;
     for (;;) {
-      if (!LockBoard()) return;
-      const bool at_end = board_->tail() == board_cursor_;
-      if (at_end) appended = board_->AppendList(list.seq(), set.id);
-      // Open again right after the marker if this list leaves the
-      // coordinator quiet: the ranks that execute it are then past the
-      // opening position before their next submissions.
-      if (appended && set.id == kGlobalProcessSet) {
-        OpenBoardIfQuietLocked(*set.coordinator);
+      bool at_end = false;
+      {
+        if (!LockBoard()) return;
+        HitBoardLock locked(board_);
+        at_end = board_->tail() == board_cursor_;
+        if (at_end) appended = board_->AppendList(list.seq(), set.id);
+        // Open again right after the marker if this list leaves the
+        // coordinator quiet: the ranks that execute it are then past the
+        // opening position before their next submissions.
+        if (appended && set.id == kGlobalProcessSet) {
+          OpenBoardIfQuietLocked(*set.coordinator);
+        }
       }
-      board_->Unlock();
       if (at_end) break;
       bool unused_done = false;  // (only the global set's lists end a job)
       ExecuteBoard(&unused_done);

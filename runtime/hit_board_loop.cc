@@ -154,9 +154,12 @@ void RuntimeImpl::ExecuteBoard(bool* done, bool* handed_back) {
     }
     // Ids complete while the log was full: this rank may have made room.
     if (!board_->ready_pending()) return;
-    if (!LockBoard()) return;
-    const bool flushed = board_->FlushReady();
-    board_->Unlock();
+    bool flushed = false;
+    {
+      if (!LockBoard()) return;
+      HitBoardLock locked(board_);
+      flushed = board_->FlushReady();
+    }
     if (!flushed) return;
     for (int r = 0; r < options_.size; ++r) {
       if (r != options_.rank) control_->Ring(r);
@@ -208,10 +211,12 @@ bool RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
 }
 
 void RuntimeImpl::CloseBoard(ProcessSetState& global, absl::Time now) {
-  if (!LockBoard()) return;
-  board_pulled_.clear();
-  board_->Close(&board_pulled_);
-  board_->Unlock();
+  {
+    if (!LockBoard()) return;
+    HitBoardLock locked(board_);
+    board_pulled_.clear();
+    board_->Close(&board_pulled_);
+  }
   if (board_pulled_.empty()) return;
   // Each bit becomes its rank's hit, as if it had come in a request list
   // when its id's first bit was set: one list per rank and first time.
@@ -261,9 +266,11 @@ void RuntimeImpl::TendBoard(ProcessSetState& global, absl::Time now,
     const int64_t now_ns = internal::MonotonicNanos();
     int64_t oldest = board_->oldest_ns();
     if (now_ns - oldest >= limit_ns) {
-      if (!LockBoard()) return;
-      oldest = board_->RescanOldest();
-      board_->Unlock();
+      {
+        if (!LockBoard()) return;
+        HitBoardLock locked(board_);
+        oldest = board_->RescanOldest();
+      }
       if (now_ns - oldest >= limit_ns) CloseBoard(global, now);
     }
     if (board_->open() && board_->partial() > 0 &&
@@ -274,8 +281,8 @@ void RuntimeImpl::TendBoard(ProcessSetState& global, absl::Time now,
   }
   if (board_->open() || !c.Quiet()) return;
   if (!LockBoard()) return;
+  HitBoardLock locked(board_);
   OpenBoardIfQuietLocked(c);
-  board_->Unlock();
 }
 
 void RuntimeImpl::OpenBoardIfQuietLocked(const Coordinator& global) {

@@ -162,8 +162,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
                        bool apply_cache,
                        const wire::Response* const* cached = nullptr);
   // Note [Hits on the board] (control/hit_board.h), background thread.
-  // Takes the board's lock; false (after Fatal) if the job ended first.
-  bool LockBoard();
+  // Takes the board's lock, for a HitBoardLock to hold; false (after
+  // Fatal) if the job ended first or the op timeout passed.
+  bool LockBoard() KOLO_TRY_ACQUIRE(true, board_);
   // Executes the board's log from this rank's cursor, as far as the lists
   // it names have arrived (those of sets this rank is not in are skipped);
   // *done at the final list.
@@ -192,7 +193,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::Duration BoardCheckLimit() const;
   // Coordinator, board locked: opens it if `global` is quiet and every
   // request list sent has arrived.
-  void OpenBoardIfQuietLocked(const Coordinator& global);
+  void OpenBoardIfQuietLocked(const Coordinator& global)
+      KOLO_REQUIRES(board_);
   // Note [Host relay] (control/control_plane.h), background thread.
   // A host leader (not rank 0): sends the host's request lists on when
   // HostBatch::Due says (the hold is KOLO_CYCLE_TIME); *next_wakeup: when

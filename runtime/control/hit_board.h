@@ -56,8 +56,11 @@
 // which also wakes ranks outside the set whose markers they must pass)
 // until the log has room before it makes a list.
 //
-// Thread safety: one background thread per rank; the methods marked
-// "locked" need Lock(); the others are for the rank's own thread.
+// Thread safety: one background thread per rank. The board is a
+// capability (Note [Annotated locks] in runtime/sync/mutex.h): the methods
+// marked "locked" require it, so that the compiler checks that a caller
+// holds the lock; it is taken with Lock() and held for a scope by a
+// HitBoardLock. The others are for the rank's own thread.
 #ifndef KOLO_RUNTIME_CONTROL_HIT_BOARD_H_
 #define KOLO_RUNTIME_CONTROL_HIT_BOARD_H_
 
@@ -68,6 +71,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "runtime/sync/mutex.h"
 
 namespace kolo {
 
@@ -117,7 +121,7 @@ struct HitBoardShared {
   Record records[kRecords];
 };
 
-class HitBoard {
+class KOLO_CAPABILITY("hit board") HitBoard {
  public:
   // A bit that Close() took off the board.
   struct Pulled {
@@ -140,47 +144,52 @@ class HitBoard {
     return shared_->fusion_threshold_bytes;
   }
 
-  // False if `keep_going` said stop or `deadline` passed first.
-  bool Lock(absl::Time deadline, const std::function<bool()>& keep_going);
-  void Unlock();
+  // False if `keep_going` said stop or `deadline` passed first. A caller
+  // that got it hands it to a HitBoardLock at once.
+  bool Lock(absl::Time deadline, const std::function<bool()>& keep_going)
+      KOLO_TRY_ACQUIRE(true);
+  void Unlock() KOLO_RELEASE();
 
   // --- Locked.
   // Whether a rank that has executed the log up to `cursor` sets its hits
   // here.
-  bool Usable(uint64_t cursor) const {
+  bool Usable(uint64_t cursor) const KOLO_REQUIRES(this) {
     return shared_->open != 0 && cursor >= shared_->open_pos;
   }
   // Sets this rank's bit for each id; ids whose slot another id holds go
   // to *refused (for the coordinator), ids now set by every rank to
   // *complete (marked ready). `now_ns`: the monotonic clock.
   void Set(const std::vector<int64_t>& ids, int64_t now_ns,
-           std::vector<int64_t>* complete, std::vector<int64_t>* refused);
+           std::vector<int64_t>* complete, std::vector<int64_t>* refused)
+      KOLO_REQUIRES(this);
   // Appends `ids` (complete; sorted here) to the log. False, changing
   // nothing, if the log has no room for them and one more record (kept
   // for the coordinator's markers): they stay ready.
-  bool Publish(std::vector<int64_t>* ids);
+  bool Publish(std::vector<int64_t>* ids) KOLO_REQUIRES(this);
   // Appends every ready id if there is room (a scan of the slots: only
   // after a full log). True if something was appended.
-  bool FlushReady();
+  bool FlushReady() KOLO_REQUIRES(this);
   // This rank sent the coordinator a request list for the set.
-  void CountSent() { ++shared_->sent[rank_]; }
-  uint64_t sent(int rank) const { return shared_->sent[rank]; }
+  void CountSent() KOLO_REQUIRES(this) { ++shared_->sent[rank_]; }
+  uint64_t sent(int rank) const KOLO_REQUIRES(this) {
+    return shared_->sent[rank];
+  }
   // Coordinator. (open() and HasRoom() are also read without the lock by
   // rank 0, the only rank that writes `open` and appends markers: room
   // for one marker, once seen, stays, since Publish leaves one record.)
   bool open() const { return shared_->open != 0; }
   // Closes the board and takes every bit off it, ready ids' included.
-  void Close(std::vector<Pulled>* pulled);
+  void Close(std::vector<Pulled>* pulled) KOLO_REQUIRES(this);
   // Opens it at the current end of the log. Requires it to be empty
   // (after Close nobody sets bits).
-  void Open();
+  void Open() KOLO_REQUIRES(this);
   // Appends a marker for response list `seq` of `process_set`; false if
   // the log is full.
-  bool AppendList(int64_t seq, int process_set = 0);
+  bool AppendList(int64_t seq, int process_set = 0) KOLO_REQUIRES(this);
   bool HasRoom(uint64_t records) const;
   // The earliest first bit of a partly set id, by a scan; also resets the
   // lower bound that oldest_ns() returns.
-  int64_t RescanOldest();
+  int64_t RescanOldest() KOLO_REQUIRES(this);
 
   // --- Any time, without the lock.
   uint64_t tail() const {
@@ -231,13 +240,30 @@ class HitBoard {
     return shared_->slots[static_cast<uint64_t>(id) % HitBoardShared::kSlots];
   }
   uint64_t Room() const;
-  void AppendIds(const int64_t* ids, size_t n);
-  void ClearSlot(HitBoardShared::Slot& s);
+  void AppendIds(const int64_t* ids, size_t n) KOLO_REQUIRES(this);
+  void ClearSlot(HitBoardShared::Slot& s) KOLO_REQUIRES(this);
 
   HitBoardShared* const shared_;
   const int rank_;
   const int size_;
   const uint64_t all_;  // every rank's bit
+};
+
+// Holds a board's lock, taken by HitBoard::Lock, until the end of its
+// scope:
+//
+//   if (!board->Lock(deadline, keep_going)) return;
+//   HitBoardLock locked(board);
+class KOLO_SCOPED_CAPABILITY HitBoardLock {
+ public:
+  explicit HitBoardLock(HitBoard* board) KOLO_REQUIRES(board)
+      : board_(board) {}
+  ~HitBoardLock() KOLO_RELEASE() { board_->Unlock(); }
+  HitBoardLock(const HitBoardLock&) = delete;
+  HitBoardLock& operator=(const HitBoardLock&) = delete;
+
+ private:
+  HitBoard* const board_;
 };
 
 }  // namespace kolo

@@ -56,7 +56,10 @@ struct Job {
     received.assign(n, 0);
   }
   HitBoard& board(int r) { return *boards[r]; }
-  void Lock(int r) { Check(board(r).Lock(absl::InfiniteFuture(), Always), "lock"); }
+  // Takes rank r's board lock, for a HitBoardLock to hold.
+  void Lock(int r) {
+    Check(board(r).Lock(absl::InfiniteFuture(), Always), "lock");
+  }
 
   void Submit(int r, int64_t id) {
     if (ranks[r].in_flight.count(id)) return;  // a name is in flight once
@@ -69,16 +72,18 @@ struct Job {
     Rank& k = ranks[r];
     if (k.unsent.empty()) return;
     HitBoard& b = board(r);
-    Lock(r);
     std::vector<int64_t> to_coordinator = k.unsent;
-    if (b.Usable(k.cursor)) {
-      std::vector<int64_t> complete, refused;
-      b.Set(k.unsent, clock++, &complete, &refused);
-      to_coordinator = refused;
-      b.Publish(&complete);
+    {
+      Lock(r);
+      HitBoardLock locked(&b);
+      if (b.Usable(k.cursor)) {
+        std::vector<int64_t> complete, refused;
+        b.Set(k.unsent, clock++, &complete, &refused);
+        to_coordinator = refused;
+        b.Publish(&complete);
+      }
+      if (!to_coordinator.empty() && r != 0) b.CountSent();
     }
-    if (!to_coordinator.empty() && r != 0) b.CountSent();
-    b.Unlock();
     k.unsent.clear();
     if (to_coordinator.empty()) return;
     if (r == 0) {
@@ -101,10 +106,12 @@ struct Job {
   }
   void Close() {
     std::vector<HitBoard::Pulled> pulled;
-    Lock(0);
-    legit_until = std::max(legit_until, board(0).tail());
-    board(0).Close(&pulled);
-    board(0).Unlock();
+    {
+      Lock(0);
+      HitBoardLock locked(&board(0));
+      legit_until = std::max(legit_until, board(0).tail());
+      board(0).Close(&pulled);
+    }
     for (const auto& p : pulled) {
       Check(hits[p.id].insert(p.rank).second, "a bit pulled twice");
     }
@@ -131,17 +138,17 @@ struct Job {
     Execute(0);
     if (ranks[0].cursor != board(0).tail() || !board(0).HasRoom(1)) return;
     Lock(0);
+    HitBoardLock locked(&board(0));
     const int64_t seq = ++list_seq;
     Check(board(0).AppendList(seq), "no room for a marker after HasRoom");
     for (int64_t id : ready) hits.erase(id);
     lists[seq] = ready;
     OpenIfQuietLocked();
-    board(0).Unlock();
   }
   void TryOpen() {
     Lock(0);
+    HitBoardLock locked(&board(0));
     OpenIfQuietLocked();
-    board(0).Unlock();
   }
   void Run(int r, int64_t id) {
     Rank& k = ranks[r];
@@ -170,8 +177,8 @@ struct Job {
   void Flush(int r) {
     if (!board(r).ready_pending()) return;
     Lock(r);
+    HitBoardLock locked(&board(r));
     board(r).FlushReady();
-    board(r).Unlock();
   }
   // The invariant the protocol keeps: while the board is open the
   // coordinator holds no hit and nothing is on its way to it... except

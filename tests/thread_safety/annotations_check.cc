@@ -2,7 +2,9 @@
 // -Wthread-safety -Werror: as it is, it must compile; with each
 // -DKOLO_BREAK_<n> it must fail, which shows that the annotations of
 // runtime/sync/mutex.h reach the analysis (an empty macro would let every
-// violation through silently).
+// violation through silently), on a Mutex and on the hit board's lock in
+// shared memory.
+#include "runtime/control/hit_board.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {
@@ -40,6 +42,17 @@ class Counter {
   CondVar cv_;
   int value_ KOLO_GUARDED_BY(mu_) = 0;
 };
+
+// The board's lock: taken by Lock(), held by a HitBoardLock.
+bool OpenBoard(HitBoard* board) {
+#ifdef KOLO_BREAK_4
+  board->Open();  // a locked method without the lock
+#endif
+  if (!board->Lock(absl::InfiniteFuture(), [] { return true; })) return false;
+  HitBoardLock locked(board);
+  board->Open();
+  return board->Usable(0);
+}
 
 int Use() {
   Counter c;
