@@ -622,7 +622,7 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
   KOLO_RETURN_IF_ERROR(ReadLogLevel(env, Alias(env, "KOLO_LOG_LEVEL"),
                                     &o.log_level));
   KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));
-  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_HIT_BOARD", &o.hit_board));
+  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_HIT_BOARD", &o.negotiate_within_hosts));
   KOLO_RETURN_IF_ERROR(ReadBool(env, Alias(env, "KOLO_HIERARCHICAL_ALLREDUCE"),
                                 &o.hierarchical_allreduce));
   KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_ELASTIC_GENERATION", 0,

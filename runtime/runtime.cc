@@ -188,16 +188,16 @@ absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
   return impl_->Submit(std::move(entry));
 }
 
-absl::Status Runtime::AllreduceAndWait(const AllreduceRequest& req,
-                                       absl::Duration timeout,
-                                       bool* submitted) {
-  bool queued = false;
-  if (!submitted) submitted = &queued;
-  *submitted = false;
-  KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
+BlockingResult Runtime::AllreduceAndWait(const AllreduceRequest& req,
+                                         absl::Duration timeout) {
+  if (absl::Status refused = CheckAllreduce(*impl_, req); !refused.ok()) {
+    BlockingResult result;
+    result.status = std::move(refused);
+    return result;
+  }
   std::unique_ptr<TensorEntry> entry = impl_->NewEntry();
   FillAllreduce(req, entry.get());
-  return impl_->SubmitAndWait(std::move(entry), timeout, submitted);
+  return impl_->SubmitAndWait(std::move(entry), timeout);
 }
 
 absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
@@ -431,6 +431,20 @@ absl::Status Runtime::StopTimeline() { return impl_->StopTimeline(); }
 absl::Status Runtime::status() const { return impl_->status(); }
 
 RuntimeStats Runtime::stats() const { return impl_->stats(); }
+
+std::map<std::string, int64_t> Runtime::Counters() const {
+  return impl_->Counters();
+}
+
+absl::StatusOr<int64_t> Runtime::Counter(const std::string& name) const {
+  const std::map<std::string, int64_t> counters = impl_->Counters();
+  auto it = counters.find(name);
+  if (it == counters.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no counter named \"", name, "\" (Runtime::Counters() lists them)"));
+  }
+  return it->second;
+}
 
 absl::Status Runtime::Shutdown(absl::Duration timeout) {
   return impl_->Shutdown(timeout);

@@ -289,7 +289,7 @@ absl::Status RuntimeImpl::Start() {
     if (static_cast<int>(host_ranks.size()) < options_.size) {
       // Note [Host relay]: the host's lists go through its leader.
       absl::Status relay = control_->EnableHostRelay(
-          *store_, deadline, host_ranks, options_.hit_board);
+          *store_, deadline, host_ranks, options_.negotiate_within_hosts);
       if (!relay.ok()) return relay;
       if (control_->host_relay()) {
         if (host_ranks[0] == options_.rank && options_.rank != 0) {
@@ -312,7 +312,7 @@ absl::Status RuntimeImpl::Start() {
       }
     } else {
       absl::Status shm = control_->EnableSharedMemory(
-          *store_, deadline, options_.hit_board,
+          *store_, deadline, options_.negotiate_within_hosts,
           options_.fusion_threshold_bytes);
       if (!shm.ok()) return shm;
       board_ = control_->hit_board();
@@ -402,20 +402,23 @@ absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
   return work;
 }
 
-absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
-                                        absl::Duration timeout,
-                                        bool* submitted) {
-  KOLO_RETURN_IF_ERROR(Prepare(owned.get()));
+BlockingResult RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
+                                          absl::Duration timeout) {
+  BlockingResult result;
+  result.status = Prepare(owned.get());
+  if (!result.status.ok()) return result;
   const std::shared_ptr<internal::WorkState> work = owned->work;
   // Note [Caller turns]: queued without waking the thread, which this
   // caller wakes unless it takes the turn itself.
-  KOLO_RETURN_IF_ERROR(queue_.AddQuietly(std::move(owned)));
-  *submitted = true;
+  result.status = queue_.AddQuietly(std::move(owned));
+  if (!result.status.ok()) return result;
+  result.submitted = true;
   // Nothing of this runtime is touched once the turn is given back: from
   // there on the caller waits on its Work alone.
   if (!turn_->mu.TryLock()) {
     Notify();
-    return work->Wait(timeout);
+    result.status = work->Wait(timeout);
+    return result;
   }
   bool turned = false;
   try {
@@ -441,7 +444,8 @@ absl::Status RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
     Notify();
   }
   turn_->mu.Unlock();
-  return work->Wait(timeout);
+  result.status = work->Wait(timeout);
+  return result;
 }
 
 absl::StatusOr<std::vector<Work>> RuntimeImpl::SubmitAll(
@@ -479,38 +483,57 @@ absl::Status RuntimeImpl::StopTimeline() {
 
 RuntimeStats RuntimeImpl::stats() const {
   RuntimeStats s;
-  s.requests_sent = counters_.requests_sent;
-  s.cache_hits_sent = counters_.cache_hits_sent;
-  s.request_lists_sent = counters_.request_lists_sent;
-  s.response_lists_received = counters_.response_lists_received;
-  s.collectives_executed = counters_.collectives_executed;
   s.tensors_executed = counters_.tensors_executed;
-  s.board_hits = counters_.board_hits;
-  s.caller_turns = counters_.caller_turns;
-  s.caller_turns_completed = counters_.caller_turns_completed;
-  s.board_records_executed = counters_.board_records_executed;
-  s.host_messages_sent = counters_.host_messages_sent;
-  s.host_hits_sent = counters_.host_hits_sent;
-  s.coordinator_host_messages_received = counters_.host_messages_received;
-  s.send_ns = counters_.send_ns;
-  s.prepare_ns = counters_.prepare_ns;
-  s.collective_ns = counters_.collective_ns;
-  s.complete_ns = counters_.complete_ns;
-  s.recycle_ns = counters_.recycle_ns;
-  // The loop waits on one of the two (Wait: one thread at a time).
-  const Wakeup* loop_wakeup = wakeup_.load();
-  s.loop_sleeps = own_wakeup_.sleeps();
-  if (loop_wakeup != &own_wakeup_) s.loop_sleeps += loop_wakeup->sleeps();
+  s.collectives_executed = counters_.collectives_executed;
+  s.negotiation_messages_sent =
+      counters_.request_lists_sent + counters_.host_messages_sent;
+  s.negotiation_messages_received = counters_.response_lists_received;
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
     if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();
-    if (set->coordinator) {
-      s.coordinator_requests_received += set->coordinator->requests_received();
-      s.coordinator_cache_hits_received +=
-          set->coordinator->cache_hits_received();
-    }
   }
   return s;
+}
+
+std::map<std::string, int64_t> RuntimeImpl::Counters() const {
+  // docs/tuning.md lists them; the names follow the parts that count.
+  std::map<std::string, int64_t> c = {
+      {"negotiation.requests_sent", counters_.requests_sent},
+      {"negotiation.cache_hits_sent", counters_.cache_hits_sent},
+      {"negotiation.request_lists_sent", counters_.request_lists_sent},
+      {"negotiation.response_lists_received",
+       counters_.response_lists_received},
+      {"board.hits", counters_.board_hits},
+      {"board.records_executed", counters_.board_records_executed},
+      {"relay.host_messages_sent", counters_.host_messages_sent},
+      {"relay.host_hits_sent", counters_.host_hits_sent},
+      {"relay.host_messages_received", counters_.host_messages_received},
+      {"loop.caller_turns", counters_.caller_turns},
+      {"loop.caller_turns_completed", counters_.caller_turns_completed},
+      {"phase.send_ns", counters_.send_ns},
+      {"phase.prepare_ns", counters_.prepare_ns},
+      {"phase.collective_ns", counters_.collective_ns},
+      {"phase.complete_ns", counters_.complete_ns},
+      {"phase.recycle_ns", counters_.recycle_ns},
+  };
+  // The loop waits on one of the two (Wait: one thread at a time).
+  const Wakeup* loop_wakeup = wakeup_.load();
+  int64_t sleeps = own_wakeup_.sleeps();
+  if (loop_wakeup != &own_wakeup_) sleeps += loop_wakeup->sleeps();
+  c["loop.sleeps"] = sleeps;
+  int64_t requests_received = 0, cache_hits_received = 0;
+  {
+    MutexLock lock(&sets_mu_);
+    for (const auto& [id, set] : sets_) {
+      if (set->coordinator) {
+        requests_received += set->coordinator->requests_received();
+        cache_hits_received += set->coordinator->cache_hits_received();
+      }
+    }
+  }
+  c["coordinator.requests_received"] = requests_received;
+  c["coordinator.cache_hits_received"] = cache_hits_received;
+  return c;
 }
 
 void RuntimeImpl::Notify() { wakeup_.load()->Notify(); }

@@ -85,9 +85,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
   // Submits the entry and waits for it, running the loop's turn on the
   // calling thread if it can (Note [Caller turns] in hit_board_loop.cc).
-  // *submitted: the entry was queued (else the status is why not).
-  absl::Status SubmitAndWait(std::unique_ptr<TensorEntry> entry,
-                             absl::Duration timeout, bool* submitted);
+  BlockingResult SubmitAndWait(std::unique_ptr<TensorEntry> entry,
+                               absl::Duration timeout);
   // Submits every entry or none (TensorQueue::AddAll); their Works'
   // states share one allocation. `entries` is emptied on success.
   absl::StatusOr<std::vector<Work>> SubmitAll(
@@ -126,6 +125,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::Status StartTimeline(const std::string& path, bool mark_cycles);
   absl::Status StopTimeline();
   RuntimeStats stats() const;
+  std::map<std::string, int64_t> Counters() const;
   // The fatal error, OK while the job runs (Runtime::status()).
   absl::Status status() { return fatal_status(); }
 
@@ -304,7 +304,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
         board_records_executed{0}, host_messages_sent{0}, host_hits_sent{0},
         host_messages_received{0}, caller_turns{0},
         caller_turns_completed{0};
-    // Options::phase_times (RuntimeStats::send_ns ...).
+    // Options::phase_times (the "phase.*" counters).
     std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
         complete_ns{0}, recycle_ns{0};
   } counters_;

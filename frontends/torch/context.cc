@@ -24,6 +24,11 @@ Error::Error(const absl::Status& status)
 Error::Error(absl::StatusCode code, const std::string& message)
     : std::runtime_error(message), code_(code) {}
 
+Error::Error(const absl::Status& status, Outcome)
+    : std::runtime_error(std::string(status.message())),
+      code_(status.code()),
+      outcome_(true) {}
+
 namespace detail {
 
 // The tensors of one collective: one but for a grouped allreduce, so kept
@@ -217,7 +222,7 @@ const Tensors& Settle(PendingOp* op, const absl::Status& status) {
     op->buffers.clear();
     op->copy_backs.clear();
   }
-  if (!op->status.ok()) throw Error(op->status);
+  if (!op->status.ok()) throw Error(op->status, Error::Outcome{});
   return op->results;
 }
 
@@ -385,17 +390,16 @@ Handle Context::Allreduce(const at::Tensor& tensor,
   });
 }
 
-at::Tensor Context::allreduce_blocking(const at::Tensor& tensor,
-                                       const AllreduceOptions& options,
-                                       bool in_place, bool* submitted) {
-  *submitted = false;
+at::Tensor Context::AllreduceBlocking(const at::Tensor& tensor,
+                                      const AllreduceOptions& options,
+                                      bool in_place) {
   kolo::AllreduceRequest request;
   std::shared_ptr<PendingOp> op = AllreduceOp(tensor, options, in_place, &request);
   // Not tracked: nothing of it is in flight once the call returns.
-  const absl::Status status =
-      runtime_->AllreduceAndWait(request, absl::InfiniteDuration(), submitted);
-  if (!*submitted) throw Error(status);
-  const Tensors& results = Settle(op.get(), status);
+  const BlockingResult result =
+      runtime_->AllreduceAndWait(request, absl::InfiniteDuration());
+  if (!result.submitted) throw Error(result.status);
+  const Tensors& results = Settle(op.get(), result.status);
   return results.empty() ? at::Tensor() : results.front();
 }
 
@@ -411,14 +415,12 @@ Handle Context::allreduce_async_(const at::Tensor& tensor,
 
 at::Tensor Context::allreduce(const at::Tensor& tensor,
                               const AllreduceOptions& options) {
-  bool submitted = false;
-  return allreduce_blocking(tensor, options, /*in_place=*/false, &submitted);
+  return AllreduceBlocking(tensor, options, /*in_place=*/false);
 }
 
 at::Tensor Context::allreduce_(const at::Tensor& tensor,
                                const AllreduceOptions& options) {
-  bool submitted = false;
-  return allreduce_blocking(tensor, options, /*in_place=*/true, &submitted);
+  return AllreduceBlocking(tensor, options, /*in_place=*/true);
 }
 
 Handle Context::GroupedAllreduce(const std::vector<at::Tensor>& tensors,

@@ -24,6 +24,7 @@ namespace kolo {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::Counts;
 using testing::OnEachRank;
 
 struct Op {
@@ -95,11 +96,11 @@ float Value(int rank, int step, int64_t i) {
 }
 
 // Runs the program on every rank; returns the job's stats per rank.
-std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
+std::vector<Counts> RunProgram(int n, uint32_t seed, bool board) {
   const int steps = 30;
   const std::vector<std::vector<Op>> program = Program(n, seed, steps);
   auto rts = testing::StartJob(n, [&](Options& o) {
-    o.hit_board = board;
+    o.negotiate_within_hosts = board;
     o.process_sets = {{0, 1}};
   });
   OnEachRank(n, [&](int r) {
@@ -197,8 +198,11 @@ std::vector<RuntimeStats> RunProgram(int n, uint32_t seed, bool board) {
     auto last = rt.Join();
     ASSERT_TRUE(last.ok()) << last.status();
   });
-  std::vector<RuntimeStats> stats;
-  for (auto& rt : rts) stats.push_back(rt->stats());
+  std::vector<Counts> stats;
+  for (auto& rt : rts) {
+    stats.push_back(rt->Counters());
+    stats.back()["tensors_executed"] = rt->stats().tensors_executed;
+  }
   testing::ShutdownJob(rts);
   return stats;
 }
@@ -235,22 +239,23 @@ class BoardStress : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BoardStress, RandomProgramGivesExactResultsWithAndWithoutTheBoard) {
   const Case c = GetParam();
-  const std::vector<RuntimeStats> on = RunProgram(c.ranks, c.seed, /*board=*/true);
+  const std::vector<Counts> on = RunProgram(c.ranks, c.seed, /*board=*/true);
   if (HasFatalFailure()) return;
-  const std::vector<RuntimeStats> off = RunProgram(c.ranks, c.seed, /*board=*/false);
+  const std::vector<Counts> off = RunProgram(c.ranks, c.seed, /*board=*/false);
   int64_t board_hits = 0;
   for (int r = 0; r < c.ranks; ++r) {
     // The same tensors ran either way; the board took hits only when on.
-    EXPECT_EQ(on[r].tensors_executed, off[r].tensors_executed) << "rank " << r;
-    EXPECT_EQ(off[r].board_hits, 0);
-    board_hits += on[r].board_hits;
+    EXPECT_EQ(on[r].at("tensors_executed"), off[r].at("tensors_executed"))
+        << "rank " << r;
+    EXPECT_EQ(off[r].at("board.hits"), 0);
+    board_hits += on[r].at("board.hits");
   }
   EXPECT_GT(board_hits, 0);
   std::printf("ranks %d seed %u: %lld of %lld hits on the board\n", c.ranks,
               c.seed, static_cast<long long>(board_hits),
               static_cast<long long>([&] {
                 int64_t h = 0;
-                for (const auto& s : on) h += s.cache_hits_sent;
+                for (const auto& s : on) h += s.at("negotiation.cache_hits_sent");
                 return h;
               }()));
 }

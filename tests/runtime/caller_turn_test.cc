@@ -17,6 +17,7 @@ namespace kolo {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::Counts;
 using testing::OnEachRank;
 
 float Value(int rank, int i, int64_t e) {
@@ -33,7 +34,7 @@ void BlockingCalls(Runtime& rt, int n, int r, const std::string& name,
     AllreduceRequest req;
     req.name = absl::StrCat(name, "/", i % names);
     req.input = req.output = TensorView(v.data(), DataType::kFloat32, {len});
-    const absl::Status s = rt.AllreduceAndWait(req, absl::Seconds(30));
+    const absl::Status s = rt.AllreduceAndWait(req, absl::Seconds(30)).status;
     ASSERT_TRUE(s.ok()) << "rank " << r << " call " << i << ": " << s;
     for (int64_t e = 0; e < len; ++e) {
       float want = 0;
@@ -52,14 +53,14 @@ TEST(CallerTurn, LoneCachedAllreducesRunOnTheCallersThread) {
     auto rts = testing::StartJob(n, LongSpin);
     OnEachRank(n, [&](int r) { BlockingCalls(*rts[r], n, r, "lone", 1, 300, 5); });
     for (int r = 0; r < n; ++r) {
-      const RuntimeStats s = rts[r]->stats();
+      const Counts s = rts[r]->Counters();
       // Every call was offered a turn unless the thread was in a pass; a
       // turn that completed its collective ran it on the caller's thread.
-      EXPECT_GT(s.caller_turns_completed, 0) << n << " ranks, rank " << r;
-      EXPECT_GT(s.board_hits, 0);
+      EXPECT_GT(s.at("loop.caller_turns_completed"), 0) << n << " ranks, rank " << r;
+      EXPECT_GT(s.at("board.hits"), 0);
       std::printf("%d ranks, rank %d: 300 calls, %lld turns, %lld completed\n",
-                  n, r, static_cast<long long>(s.caller_turns),
-                  static_cast<long long>(s.caller_turns_completed));
+                  n, r, static_cast<long long>(s.at("loop.caller_turns")),
+                  static_cast<long long>(s.at("loop.caller_turns_completed")));
     }
     testing::ShutdownJob(rts);
   }
@@ -68,12 +69,12 @@ TEST(CallerTurn, LoneCachedAllreducesRunOnTheCallersThread) {
 TEST(CallerTurn, WithoutTheBoardTheThreadRunsEveryCall) {
   auto rts = testing::StartJob(2, [](Options& o) {
     LongSpin(o);
-    o.hit_board = false;
+    o.negotiate_within_hosts = false;
   });
   OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "off", 2, 100, 7); });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(rts[r]->stats().caller_turns_completed, 0) << "rank " << r;
-    EXPECT_EQ(rts[r]->stats().board_hits, 0) << "rank " << r;
+    EXPECT_EQ(rts[r]->Counters().at("loop.caller_turns_completed"), 0) << "rank " << r;
+    EXPECT_EQ(rts[r]->Counters().at("board.hits"), 0) << "rank " << r;
   }
   testing::ShutdownJob(rts);
 }
@@ -155,11 +156,34 @@ TEST(CallerTurn, AShapeMismatchOnACachedNameFailsEveryRankThenCallsGoOn) {
     req.name = "shape/0";
     req.input = req.output = TensorView(
         v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())});
-    const absl::Status s = rts[r]->AllreduceAndWait(req, absl::Seconds(30));
+    const BlockingResult result = rts[r]->AllreduceAndWait(req, absl::Seconds(30));
+    const absl::Status& s = result.status;
+    EXPECT_TRUE(result.submitted) << "rank " << r << ": " << s;
     EXPECT_FALSE(s.ok()) << "rank " << r;
     EXPECT_THAT(std::string(s.message()), HasSubstr("shape mismatch"));
     EXPECT_THAT(std::string(s.message()), HasSubstr("shape/0"));
     BlockingCalls(*rts[r], 2, r, "shape", 1, 30, 4);
+  });
+  testing::ShutdownJob(rts);
+}
+
+// A request refused before it is queued (its output does not match its
+// input) says so: not submitted, the error Allreduce() gives; the job
+// goes on.
+TEST(CallerTurn, ARefusedRequestIsNotSubmitted) {
+  auto rts = testing::StartJob(2, LongSpin);
+  OnEachRank(2, [&](int r) {
+    std::vector<float> in(4, 1.0f), out(3, 0.0f);
+    AllreduceRequest req;
+    req.name = "refused/0";
+    req.input = TensorView(in.data(), DataType::kFloat32, {4});
+    req.output = TensorView(out.data(), DataType::kFloat32, {3});
+    const BlockingResult result = rts[r]->AllreduceAndWait(req);
+    EXPECT_FALSE(result.submitted) << "rank " << r;
+    EXPECT_EQ(result.status.code(), absl::StatusCode::kInvalidArgument)
+        << result.status;
+    EXPECT_EQ(rts[r]->Allreduce(req).status(), result.status);
+    BlockingCalls(*rts[r], 2, r, "refused", 1, 5, 4);
   });
   testing::ShutdownJob(rts);
 }
@@ -173,7 +197,7 @@ TEST(CallerTurn, TheCallsTimeoutHoldsWhileAPeerIsLate) {
   AllreduceRequest req;
   req.name = "late/0";
   req.input = req.output = TensorView(v0.data(), DataType::kFloat32, {2});
-  const absl::Status s = rts[0]->AllreduceAndWait(req, absl::Milliseconds(100));
+  const absl::Status s = rts[0]->AllreduceAndWait(req, absl::Milliseconds(100)).status;
   EXPECT_TRUE(IsWaitTimeout(s)) << s;
   req.input = req.output = TensorView(v1.data(), DataType::kFloat32, {2});
   ASSERT_TRUE(rts[1]->AllreduceAndWait(req, absl::Seconds(30)).ok());
@@ -202,7 +226,7 @@ TEST(CallerTurn, AWaitWithoutTimeoutEndsAtTheOpTimeoutWhenAPeerNeverCalls) {
     req.name = "never/0";
     req.input = req.output = TensorView(v.data(), DataType::kFloat32, {2});
     const absl::Time start = absl::Now();
-    const absl::Status s = rts[caller]->AllreduceAndWait(req);
+    const absl::Status s = rts[caller]->AllreduceAndWait(req).status;
     EXPECT_FALSE(s.ok()) << "rank " << caller;
     EXPECT_FALSE(IsWaitTimeout(s)) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr("never/0")) << s;
@@ -221,7 +245,7 @@ TEST(CallerTurn, AbortEndsABlockingCall) {
   req.name = "abort/0";
   req.input = req.output = TensorView(v.data(), DataType::kFloat32, {2});
   absl::Status s;
-  std::thread call([&] { s = rts[0]->AllreduceAndWait(req, absl::Seconds(30)); });
+  std::thread call([&] { s = rts[0]->AllreduceAndWait(req, absl::Seconds(30)).status; });
   // Abort is safe at any moment of the call; no wait for it to start.
   rts[0]->Abort();
   call.join();

@@ -17,6 +17,7 @@ namespace kolo {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::Counts;
 using testing::OnEachRank;
 
 constexpr int kPerHost = 2;
@@ -71,8 +72,8 @@ TEST(HostRelayRing, ListsLargerThanTheRingArrive) {
     for (int s = 0; s < 2; ++s) Step(*rts[r], n, s, tensors);
   });
   // (More names than the cache holds: every step is full requests.)
-  EXPECT_GE(rts[0]->stats().coordinator_requests_received, 2 * n * 1000);
-  EXPECT_GT(rts[2]->stats().host_messages_sent, 0);
+  EXPECT_GE(rts[0]->Counters().at("coordinator.requests_received"), 2 * n * 1000);
+  EXPECT_GT(rts[2]->Counters().at("relay.host_messages_sent"), 0);
   testing::ShutdownJob(rts);
 }
 
@@ -81,44 +82,44 @@ class HostRelay : public ::testing::TestWithParam<bool> {};
 TEST_P(HostRelay, EveryHitReachesTheCoordinatorOnce) {
   const bool relay = GetParam();
   const int n = 6, tensors = 50, steps = 10;
-  auto rts = StartOnHosts(n, [&](Options& o) { o.hit_board = relay; });
+  auto rts = StartOnHosts(n, [&](Options& o) { o.negotiate_within_hosts = relay; });
   OnEachRank(n, [&](int r) { Step(*rts[r], n, 0, tensors); });
-  std::vector<RuntimeStats> warm(n);
-  for (int r = 0; r < n; ++r) warm[r] = rts[r]->stats();
+  std::vector<Counts> warm(n);
+  for (int r = 0; r < n; ++r) warm[r] = rts[r]->Counters();
   OnEachRank(n, [&](int r) {
     for (int s = 1; s <= steps; ++s) Step(*rts[r], n, s, tensors);
   });
-  std::vector<RuntimeStats> st(n);
-  for (int r = 0; r < n; ++r) st[r] = rts[r]->stats();
+  std::vector<Counts> st(n);
+  for (int r = 0; r < n; ++r) st[r] = rts[r]->Counters();
   // No full request in steady state, and each rank's hit counted exactly
   // once at the coordinator, whether in its own list or once for its host.
-  EXPECT_EQ(st[0].coordinator_requests_received, n * tensors);
-  EXPECT_EQ(st[0].coordinator_cache_hits_received -
-                warm[0].coordinator_cache_hits_received,
+  EXPECT_EQ(st[0].at("coordinator.requests_received"), n * tensors);
+  EXPECT_EQ(st[0].at("coordinator.cache_hits_received") -
+                warm[0].at("coordinator.cache_hits_received"),
             steps * n * tensors);
   int64_t messages = 0, host_hits = 0;
   for (int r = 0; r < n; ++r) {
     const bool leader = r % kPerHost == 0 && r != 0;
-    EXPECT_EQ(st[r].cache_hits_sent - warm[r].cache_hits_sent, steps * tensors)
+    EXPECT_EQ(st[r].at("negotiation.cache_hits_sent") - warm[r].at("negotiation.cache_hits_sent"), steps * tensors)
         << "rank " << r;
     if (!leader || !relay) {
-      EXPECT_EQ(st[r].host_messages_sent, 0) << "rank " << r;
-      EXPECT_EQ(st[r].host_hits_sent, 0) << "rank " << r;
+      EXPECT_EQ(st[r].at("relay.host_messages_sent"), 0) << "rank " << r;
+      EXPECT_EQ(st[r].at("relay.host_hits_sent"), 0) << "rank " << r;
     }
     if (leader) {
-      messages += st[r].host_messages_sent - warm[r].host_messages_sent;
-      host_hits += st[r].host_hits_sent - warm[r].host_hits_sent;
+      messages += st[r].at("relay.host_messages_sent") - warm[r].at("relay.host_messages_sent");
+      host_hits += st[r].at("relay.host_hits_sent") - warm[r].at("relay.host_hits_sent");
     }
   }
-  EXPECT_EQ(st[0].coordinator_host_messages_received,
-            st[2].host_messages_sent + st[4].host_messages_sent);
+  EXPECT_EQ(st[0].at("relay.host_messages_received"),
+            st[2].at("relay.host_messages_sent") + st[4].at("relay.host_messages_sent"));
   if (relay) {
     EXPECT_GT(messages, 0);
     EXPECT_GT(host_hits, 0) << "no hit went once for a host";
   }
   int64_t lists = 0;
   for (int r = 1; r < n; ++r) {
-    lists += st[r].request_lists_sent - warm[r].request_lists_sent;
+    lists += st[r].at("negotiation.request_lists_sent") - warm[r].at("negotiation.request_lists_sent");
   }
   // Reported, not asserted: it depends on timing.
   std::printf("relay %s, %d ranks on hosts of %d, %d tensors: per step %.1f "
@@ -156,7 +157,7 @@ TEST(HostRelayErrors, MismatchNamesTheRelayedRank) {
     EXPECT_THAT(std::string(s.message()), HasSubstr("rank 3"));
     for (int s = 3; s < 6; ++s) Step(*rts[r], n, s, 5);
   });
-  EXPECT_GT(rts[2]->stats().host_messages_sent, 0);
+  EXPECT_GT(rts[2]->Counters().at("relay.host_messages_sent"), 0);
   testing::ShutdownJob(rts);
 }
 

@@ -36,7 +36,7 @@ void Compute(int64_t us) {
 int64_t Burst(Runtime& rt, int step, int64_t gap_us) {
   std::vector<std::vector<float>> tensors(kTensors, std::vector<float>(kLen));
   std::vector<Work> works;
-  const int64_t before = rt.stats().loop_sleeps;
+  const int64_t before = rt.Counters().at("loop.sleeps");
   for (int t = 0; t < kTensors; ++t) {
     for (int64_t e = 0; e < kLen; ++e) tensors[t][e] = t + step + e;
     AllreduceRequest req;
@@ -60,7 +60,7 @@ int64_t Burst(Runtime& rt, int step, int64_t gap_us) {
       }
     }
   }
-  return rt.stats().loop_sleeps - before;
+  return rt.Counters().at("loop.sleeps") - before;
 }
 
 TEST(LoopSpin, ABurstOfSubmissionsIsPolledNotWokenForEach) {

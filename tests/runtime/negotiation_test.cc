@@ -16,6 +16,7 @@ namespace kolo {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::Counts;
 using testing::OnEachRank;
 
 // One training-like step: every rank allreduces `tensors` gradients, in a
@@ -44,31 +45,31 @@ class SteadyState : public ::testing::TestWithParam<bool> {};
 TEST_P(SteadyState, SendsNoRequestToTheCoordinator) {
   const bool board = GetParam();
   const int n = 3, tensors = 200;
-  auto rts = testing::StartJob(n, [&](Options& o) { o.hit_board = board; });
+  auto rts = testing::StartJob(n, [&](Options& o) { o.negotiate_within_hosts = board; });
   OnEachRank(n, [&](int r) { Step(*rts[r], tensors); });
-  std::vector<RuntimeStats> warm(n);
-  for (int r = 0; r < n; ++r) warm[r] = rts[r]->stats();
-  EXPECT_EQ(warm[0].coordinator_requests_received, n * tensors);
+  std::vector<Counts> warm(n);
+  for (int r = 0; r < n; ++r) warm[r] = rts[r]->Counters();
+  EXPECT_EQ(warm[0].at("coordinator.requests_received"), n * tensors);
   const int steps = 5;
   OnEachRank(n, [&](int r) {
     for (int i = 0; i < steps; ++i) Step(*rts[r], tensors);
   });
-  const RuntimeStats steady = rts[0]->stats();
+  const Counts steady = rts[0]->Counters();
   // Not one more full request: every rank sent cache ids only, to the
   // coordinator or onto the board (which gives them to the coordinator
   // when it closes), each counted once.
-  EXPECT_EQ(steady.coordinator_requests_received,
-            warm[0].coordinator_requests_received);
+  EXPECT_EQ(steady.at("coordinator.requests_received"),
+            warm[0].at("coordinator.requests_received"));
   int64_t on_board = 0, records = 0;
   for (int r = 0; r < n; ++r) {
-    const RuntimeStats st = rts[r]->stats();
-    EXPECT_EQ(st.cache_hits_sent - warm[r].cache_hits_sent, steps * tensors)
+    const Counts st = rts[r]->Counters();
+    EXPECT_EQ(st.at("negotiation.cache_hits_sent") - warm[r].at("negotiation.cache_hits_sent"), steps * tensors)
         << "rank " << r;
-    on_board += st.board_hits - warm[r].board_hits;
-    records += st.board_records_executed - warm[r].board_records_executed;
+    on_board += st.at("board.hits") - warm[r].at("board.hits");
+    records += st.at("board.records_executed") - warm[r].at("board.records_executed");
   }
-  const int64_t at_coordinator = steady.coordinator_cache_hits_received -
-                                 warm[0].coordinator_cache_hits_received;
+  const int64_t at_coordinator = steady.at("coordinator.cache_hits_received") -
+                                 warm[0].at("coordinator.cache_hits_received");
   if (board) {
     // After the first step the board opens once the coordinator is quiet,
     // before any rank has its Works back: every later step is the board's.
@@ -82,11 +83,11 @@ TEST_P(SteadyState, SendsNoRequestToTheCoordinator) {
   }
   int64_t lists_in = 0;
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(rts[r]->stats().requests_sent, tensors) << "rank " << r;
-    if (r > 0) lists_in += rts[r]->stats().request_lists_sent - warm[r].request_lists_sent;
+    EXPECT_EQ(rts[r]->Counters().at("negotiation.requests_sent"), tensors) << "rank " << r;
+    if (r > 0) lists_in += rts[r]->Counters().at("negotiation.request_lists_sent") - warm[r].at("negotiation.request_lists_sent");
   }
   const int64_t lists_out =
-      rts[1]->stats().response_lists_received - warm[1].response_lists_received;
+      rts[1]->Counters().at("negotiation.response_lists_received") - warm[1].at("negotiation.response_lists_received");
   // Reported, not asserted: it depends on timing.
   std::printf("steady state, %d tensors on %d ranks, board %s: per step "
               "%.1f request lists reach the coordinator, each rank receives "
@@ -109,8 +110,8 @@ TEST(ResponseCache, CapacityZeroSendsFullRequestsEveryStep) {
   OnEachRank(n, [&](int r) {
     for (int i = 0; i < 3; ++i) Step(*rts[r], tensors);
   });
-  EXPECT_EQ(rts[0]->stats().coordinator_requests_received, 3 * n * tensors);
-  EXPECT_EQ(rts[0]->stats().coordinator_cache_hits_received, 0);
+  EXPECT_EQ(rts[0]->Counters().at("coordinator.requests_received"), 3 * n * tensors);
+  EXPECT_EQ(rts[0]->Counters().at("coordinator.cache_hits_received"), 0);
   testing::ShutdownJob(rts);
 }
 
@@ -128,7 +129,7 @@ TEST(ResponseCache, ChangedShapeUnderACachedNameIsRenegotiated) {
     }
   });
   // Full requests for the first use and each change of shape (3 per rank).
-  EXPECT_EQ(rts[0]->stats().coordinator_requests_received, 3 * n);
+  EXPECT_EQ(rts[0]->Counters().at("coordinator.requests_received"), 3 * n);
   testing::ShutdownJob(rts);
 }
 
@@ -234,7 +235,7 @@ TEST_P(StallOnTheBoard, CachedNameNamesTheMissingRank) {
     }
   });
   const int submitter = missing == 0 ? 1 : 0;
-  ASSERT_GT(rts[submitter]->stats().board_hits, 0)
+  ASSERT_GT(rts[submitter]->Counters().at("board.hits"), 0)
       << "the cached name never used the board";
   std::vector<Work> works;
   for (int r = 0; r < n; ++r) {
@@ -287,13 +288,13 @@ TEST(ResponseCache, NamesServedFromTheBoardStayRecentlyUsed) {
     }
   };
   OnEachRank(n, [&](int r) { step(r, 0); });
-  const int64_t warm = rts[0]->stats().coordinator_requests_received;
+  const int64_t warm = rts[0]->Counters().at("coordinator.requests_received");
   EXPECT_EQ(warm, n * 4);
   OnEachRank(n, [&](int r) {
     for (int s = 1; s <= steps; ++s) step(r, s);
   });
-  EXPECT_GT(rts[0]->stats().board_hits, 0);
-  EXPECT_EQ(rts[0]->stats().coordinator_requests_received - warm, n * steps);
+  EXPECT_GT(rts[0]->Counters().at("board.hits"), 0);
+  EXPECT_EQ(rts[0]->Counters().at("coordinator.requests_received") - warm, n * steps);
   testing::ShutdownJob(rts);
 }
 

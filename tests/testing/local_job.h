@@ -4,7 +4,9 @@
 #define KOLO_TESTS_TESTING_LOCAL_JOB_H_
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -15,6 +17,9 @@
 
 namespace kolo {
 namespace testing {
+
+// Runtime::Counters(), which the tests compare.
+using Counts = std::map<std::string, int64_t>;
 
 inline Options JobOptions(int rank, int size, std::shared_ptr<Store> store) {
   Options o;

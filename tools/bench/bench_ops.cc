@@ -120,7 +120,7 @@ void KoloRunner::Run(Collective c, Buffers& b) {
       req.op = flags_.op;
       req.input = req.output = TensorView(b.input.data(), dtype, {b.count});
       if (flags_.blocking) {
-        absl::Status s = rt_->AllreduceAndWait(req);
+        absl::Status s = rt_->AllreduceAndWait(req).status;
         if (!s.ok()) Die(absl::StrCat(name, ": ", s.message()));
       } else {
         Check(rt_->Allreduce(req), name);
@@ -197,7 +197,7 @@ void KoloRunner::RunMany(std::vector<std::vector<uint8_t>>& tensors,
                          const std::string& tag) {
   if (tensors.size() == 1 && flags_.blocking) {
     // One blocking call (the fusion mode's per-tensor row).
-    absl::Status s = rt_->AllreduceAndWait(StepRequest(tensors[0], flags_, tag, 0));
+    absl::Status s = rt_->AllreduceAndWait(StepRequest(tensors[0], flags_, tag, 0)).status;
     if (!s.ok()) Die(std::string(s.message()));
     return;
   }

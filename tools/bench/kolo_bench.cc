@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,13 @@ std::vector<double> Measure(const Flags& flags, int iters, F&& op) {
   return TimeEach(flags.warmup, iters, op);
 }
 
+// Runtime::Counters(), compared before and after a row.
+using Counts = std::map<std::string, int64_t>;
+
+double Delta(const Counts& after, const Counts& before, const char* name) {
+  return static_cast<double>(after.at(name) - before.at(name));
+}
+
 class Bench {
  public:
   Bench(Runtime* rt, const Flags& flags, std::shared_ptr<::gloo::Context> gloo)
@@ -120,19 +128,19 @@ class Bench {
         const int64_t count = CountFor(c, bytes, flags_.dtype, ranks_);
         Buffers buffers(c, count, flags_.dtype, ranks_);
         const int iters = flags_.iters ? flags_.iters : IterationsFor(bytes);
-        const RuntimeStats before = rt_->stats();
+        const Counts before = rt_->Counters();
         auto kolo_us =
             Measure(flags_, iters, [&](int) { kolo_.Run(c, buffers); });
         Keep(Record("kolo", CollectiveName(c), bytes, kolo_us));
-        const RuntimeStats after = rt_->stats();
+        const Counts after = rt_->Counters();
         if (c == Collective::kAllreduce && flags_.blocking) {
           // Note [Caller turns]: how many lone ops the caller ran itself.
           std::cerr << absl::StrFormat(
-              "# allreduce %s rank %d: %d calls, %d caller turns, %d "
+              "# allreduce %s rank %d: %d calls, %.0f caller turns, %.0f "
               "completed in the caller's turn\n",
               FormatBytes(bytes), rank_, flags_.warmup + iters,
-              after.caller_turns - before.caller_turns,
-              after.caller_turns_completed - before.caller_turns_completed);
+              Delta(after, before, "loop.caller_turns"),
+              Delta(after, before, "loop.caller_turns_completed"));
         }
         if (gloo_ && gloo_->Supports(c)) {
           UnboundScope unbound;  // Note [Baselines run unbound]
@@ -145,17 +153,19 @@ class Bench {
   }
 
   // With KOLO_PHASE_TIMES=1: the loop's phases per step of a row, mean
-  // (RuntimeStats::send_ns ...). The last step's completing and recycling
+  // (the "phase.*" counters). The last step's completing and recycling
   // may still be under way when the row's stats are read (and count in
   // the next row's): a bias of part of one step in warmup + iters.
-  void PrintPhases(const char* row, const RuntimeStats& before,
-                   const RuntimeStats& after, double steps) const {
-    const auto us = [&](int64_t a, int64_t b) { return (a - b) / steps / 1e3; };
-    const double send = us(after.send_ns, before.send_ns);
-    const double prepare = us(after.prepare_ns, before.prepare_ns);
-    const double collective = us(after.collective_ns, before.collective_ns);
-    const double complete = us(after.complete_ns, before.complete_ns);
-    const double recycle = us(after.recycle_ns, before.recycle_ns);
+  void PrintPhases(const char* row, const Counts& before, const Counts& after,
+                   double steps) const {
+    const auto us = [&](const char* name) {
+      return Delta(after, before, name) / steps / 1e3;
+    };
+    const double send = us("phase.send_ns");
+    const double prepare = us("phase.prepare_ns");
+    const double collective = us("phase.collective_ns");
+    const double complete = us("phase.complete_ns");
+    const double recycle = us("phase.recycle_ns");
     if (send + prepare + collective + complete + recycle <= 0) return;
     std::cerr << absl::StrFormat(
         "# fusion rank %d phases per step, %s (mean us): send %.1f, prepare "
@@ -172,22 +182,22 @@ class Bench {
         n, std::vector<uint8_t>(flags_.fusion_bytes / elem * elem, 0));
     Buffers fused(Collective::kAllreduce, total / static_cast<int64_t>(elem),
                   flags_.dtype, ranks_);
-    const RuntimeStats before = rt_->stats();
+    const Counts before = rt_->Counters();
+    const int64_t collectives_before = rt_->stats().collectives_executed;
     kolo_.submit_us().clear();
     Keep(Record("kolo", "fusion_async", total,
                 TimeEach(flags_.warmup, iters,
                          [&](int) { kolo_.RunMany(tensors, "fusion"); })));
     // How many control messages and collectives a step took (ideally one
     // request list per rank, one response list, one collective).
-    const RuntimeStats after = rt_->stats();
+    const Counts after = rt_->Counters();
     const double steps = flags_.warmup + iters;
     std::cerr << absl::StrFormat(
         "# fusion rank %d per step: %.1f request lists sent, %.1f response "
         "lists, %.1f collectives\n",
-        rank_, (after.request_lists_sent - before.request_lists_sent) / steps,
-        (after.response_lists_received - before.response_lists_received) /
-            steps,
-        (after.collectives_executed - before.collectives_executed) / steps);
+        rank_, Delta(after, before, "negotiation.request_lists_sent") / steps,
+        Delta(after, before, "negotiation.response_lists_received") / steps,
+        (rt_->stats().collectives_executed - collectives_before) / steps);
     PrintPhases("async row", before, after, steps);
     const double async_submit_us = Percentile(TimedSteps(iters), 0.5);
     kolo_.submit_us().clear();
@@ -199,12 +209,12 @@ class Bench {
         "# fusion rank %d submission per step, p50: %.1f us one call per "
         "tensor, %.1f us one batch call\n",
         rank_, async_submit_us, Percentile(TimedSteps(iters), 0.5));
-    const RuntimeStats before_fused = rt_->stats();
+    const Counts before_fused = rt_->Counters();
     Keep(Record("kolo", "fusion_fused", total,
                 TimeEach(flags_.warmup, iters, [&](int) {
                   kolo_.Run(Collective::kAllreduce, fused);
                 })));
-    PrintPhases("one-allreduce row", before_fused, rt_->stats(), steps);
+    PrintPhases("one-allreduce row", before_fused, rt_->Counters(), steps);
     Keep(Record("kolo", "fusion_per_tensor", total,
                 TimeEach(flags_.warmup, std::max(1, iters / 4), [&](int) {
                   for (int i = 0; i < n; ++i) {

@@ -90,12 +90,12 @@ at::Tensor AllreduceBlocking(const at::Tensor& tensor, std::string name,
                              int process_set, bool in_place) {
   const AllreduceOptions options =
       OptionsOf(std::move(name), op, prescale, postscale, process_set);
-  bool submitted = false;
   try {
     py::gil_scoped_release release;
-    return Default()->allreduce_blocking(tensor, options, in_place, &submitted);
+    return in_place ? Default()->allreduce_(tensor, options)
+                    : Default()->allreduce(tensor, options);
   } catch (const Error& e) {
-    if (!submitted && CallersError(e)) throw py::value_error(e.what());
+    if (!e.outcome() && CallersError(e)) throw py::value_error(e.what());
     throw;
   }
 }
@@ -214,29 +214,19 @@ PYBIND11_MODULE(_C, m) {
   m.def("nccl_version", [] {
     return kolo::BackendRegistry::Get().Version(kolo::DeviceType::kCuda, "nccl");
   }, "NCCL_VERSION_CODE of the NCCL this build uses (e.g. 22803); 0: none");
-  // The runtime's counters (benchmarks, diagnostics).
+  // The runtime's statistics (kolo::RuntimeStats) and its mechanisms'
+  // counters (kolo::Runtime::Counters: benchmarks, diagnostics).
   m.def("stats", [] {
     const kolo::RuntimeStats s = default_context()->runtime().stats();
     py::dict d;
-    d["requests_sent"] = s.requests_sent;
-    d["cache_hits_sent"] = s.cache_hits_sent;
-    d["request_lists_sent"] = s.request_lists_sent;
-    d["response_lists_received"] = s.response_lists_received;
-    d["collectives_executed"] = s.collectives_executed;
     d["tensors_executed"] = s.tensors_executed;
+    d["collectives_executed"] = s.collectives_executed;
+    d["negotiation_messages_sent"] = s.negotiation_messages_sent;
+    d["negotiation_messages_received"] = s.negotiation_messages_received;
     d["host_buffer_bytes"] = s.host_buffer_bytes;
-    d["board_hits"] = s.board_hits;
-    d["caller_turns"] = s.caller_turns;
-    d["caller_turns_completed"] = s.caller_turns_completed;
-    // KOLO_PHASE_TIMES=1: nanoseconds in each phase of the loop (else 0).
-    d["send_ns"] = s.send_ns;
-    d["prepare_ns"] = s.prepare_ns;
-    d["collective_ns"] = s.collective_ns;
-    d["complete_ns"] = s.complete_ns;
-    d["recycle_ns"] = s.recycle_ns;
-    d["loop_sleeps"] = s.loop_sleeps;
     return d;
   });
+  m.def("counters", [] { return default_context()->runtime().Counters(); });
 
   py::class_<Handle>(m, "Handle")
       .def("poll", &Handle::poll)

@@ -78,8 +78,8 @@ struct Options {
   int cache_capacity = 1024;                      // KOLO_CACHE_CAPACITY
   // How long the background thread and Work::Wait poll before they sleep
   // in the kernel, only while some caller waits for a collective (the
-  // background thread also after a pass that followed new submissions:
-  // Note [Spin then block] in runtime/sync/wakeup.h). 0: never spin.
+  // background thread also after a pass that followed new submissions).
+  // 0: never spin.
   absl::Duration spin_time = absl::Microseconds(50);  // KOLO_SPIN_TIME (us)
 
   // --- Process sets created at start (ids 1, 2, ... in this order). Every
@@ -100,37 +100,36 @@ struct Options {
   // --- Diagnostics. ---
   std::string timeline_path;             // KOLO_TIMELINE ("" = off)
   bool timeline_mark_cycles = false;     // KOLO_TIMELINE_MARK_CYCLES
-  // Time each phase of the loop's turns into RuntimeStats (the *_ns
-  // fields): a few clock reads per take of requests and per collective,
-  // none per tensor.
+  // Time each phase of the background loop into Runtime::Counters() (the
+  // "phase.*" counters): a few clock reads per take of requests and per
+  // collective, none per tensor.
   bool phase_times = false;              // KOLO_PHASE_TIMES
   LogLevel log_level = LogLevel::kWarning;  // KOLO_LOG_LEVEL
 
   // --- Data paths. ---
   bool shm = true;                    // KOLO_SHM
-  // The global set's cache hits ANDed in the shared-memory control segment
-  // instead of at the coordinator, when every rank is on one host (Note
-  // [Hits on the board] in runtime/control/hit_board.h); rank 0's value
-  // decides for the job. Over several hosts: the host relay (Note [Host
-  // relay] in runtime/control/control_plane.h), each host leader's value
-  // deciding for its host.
-  bool hit_board = true;              // KOLO_HIT_BOARD
+  // Steady-state negotiation stays within each host where it can: on one
+  // host the ranks agree on the requests they have all made again among
+  // themselves, without a message to rank 0; over several hosts each host
+  // sends rank 0 one message for all its ranks. false: every rank
+  // negotiates with rank 0 directly (for comparison and diagnosis). Rank
+  // 0's value decides on one host, each host's first rank's for its host.
+  bool negotiate_within_hosts = true;  // KOLO_HIT_BOARD
   bool hierarchical_allreduce = false;  // KOLO_HIERARCHICAL_ALLREDUCE
 
   // --- Elastic jobs (docs/elastic.md; kolorun sets both). ---
   // The generation this Runtime joins (KOLO_ELASTIC_GENERATION). A
   // generation g > 0 rendezvous under its own store keys ("kolo/g<g>/...")
   // and authenticates its control channel with a key derived from the
-  // secret and g (Note [Generations] in runtime_impl.cc), so that a worker
-  // of another generation can neither join it nor pass for one of its ranks.
+  // secret and g, so that a worker of another generation can neither join
+  // it nor pass for one of its ranks.
   int64_t generation = 0;
   // How many times this process joined this job before: a frontend's
   // init() after shutdown() joins again as incarnation 1, 2, ... (every
   // rank of the job shuts down and joins as often). An incarnation k > 0
   // keeps its rendezvous keys apart ("kolo/i<k>/...") and derives its
-  // control channel's key from the secret and k, as a generation does
-  // (Note [Generations] in runtime_impl.cc), so that its rank claims and
-  // addresses never meet those of an earlier one.
+  // control channel's key from the secret and k, as a generation does, so
+  // that its rank claims and addresses never meet those of an earlier one.
   int64_t incarnation = 0;
   // This worker's id in an elastic job (KOLO_ELASTIC_ID), stable across
   // generations; -1: not an elastic job.

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,62 +108,33 @@ struct ReducescatterRequest {
 std::vector<int64_t> ReducescatterShape(const std::vector<int64_t>& input,
                                         int size, int rank);
 
-// Counters of one Runtime, for diagnostics and tests.
+// What one Runtime has done, in terms of its public API. These fields keep
+// their names and meanings; Runtime::Counters() has the finer counters of
+// kolo's mechanisms, which may change between releases.
 struct RuntimeStats {
-  int64_t requests_sent = 0;        // full requests sent to the coordinator
-  int64_t cache_hits_sent = 0;      // requests sent as response-cache ids
-  // Of those, set on the shared-memory hit board (one host), not sent to
-  // the coordinator; and the board's records of ready ids executed.
-  int64_t board_hits = 0;
-  int64_t board_records_executed = 0;
-  int64_t request_lists_sent = 0;   // control messages to the coordinator
-  // Blocking calls (AllreduceAndWait) whose caller ran the loop's turn
-  // itself, and those of them that it completed (Note [Caller turns] in
-  // runtime/hit_board_loop.cc).
-  int64_t caller_turns = 0;
-  int64_t caller_turns_completed = 0;
-  // A host leader of a job over several hosts (Note [Host relay] in
-  // runtime/control/control_plane.h): messages it sent the coordinator for
-  // its host's ranks, and cache ids it sent once for all of them; rank 0:
-  // such messages received.
-  int64_t host_messages_sent = 0;
-  int64_t host_hits_sent = 0;
-  int64_t coordinator_host_messages_received = 0;
-  int64_t response_lists_received = 0;
-  int64_t collectives_executed = 0; // backend collectives (after fusion)
+  // Tensors whose collective ran on this rank, and the collectives they
+  // ran in (fewer where tensors were fused).
   int64_t tensors_executed = 0;
-  // Coordinator (rank 0) only: full requests received from every rank.
-  int64_t coordinator_requests_received = 0;
-  int64_t coordinator_cache_hits_received = 0;
+  int64_t collectives_executed = 0;
+  // Negotiation messages this rank sent, and those it received: in steady
+  // state a step of many tensors takes one or none of each.
+  int64_t negotiation_messages_sent = 0;
+  int64_t negotiation_messages_received = 0;
   // Host memory of the staging buffers (fusion, allgather/alltoall
   // packing) this rank holds: allocated once, grown to the largest
   // collective that needed one, reused.
   int64_t host_buffer_bytes = 0;
-  // With Options::phase_times (KOLO_PHASE_TIMES=1), nanoseconds this rank
-  // spent in each phase of the loop's turns (its background thread's and
-  // its callers', which never overlap), summed over the job; 0 without it:
-  //   send: taking the new requests, then sending them or setting their
-  //     bits on the hit board;
-  //   prepare: planning a board record's fusion, rebuilding each response
-  //     from the cache and taking its tensors' entries (and, the first
-  //     time, connecting a process set's CUDA path);
-  //   collective: the collective itself (a device backend's: issuing it;
-  //     a barrier's, a join's or an error's Works, which complete without
-  //     data, are completed here);
-  //   complete: completing a data collective's Works (a device backend's:
-  //     handing them to its completion thread);
-  //   recycle: returning the entries for later submissions.
-  // Responses that change process sets are not timed.
-  int64_t send_ns = 0;
-  int64_t prepare_ns = 0;
-  int64_t collective_ns = 0;
-  int64_t complete_ns = 0;
-  int64_t recycle_ns = 0;
-  // Times the background thread went to sleep in the kernel (its next
-  // submission or message then woke it with a system call; Note [Spin
-  // then block] in runtime/sync/wakeup.h). An idle loop also counts its
-  // periodic re-checks of its deadlines.
-  int64_t loop_sleeps = 0;
+};
+
+// What a blocking collective (Runtime::AllreduceAndWait) returns.
+struct BlockingResult {
+  // False: the request was refused before it was queued, and `status` is
+  // the error Allreduce() would have returned. True: `status` is what
+  // Work::Wait() would have returned.
+  bool submitted = false;
+  absl::Status status;
+
+  bool ok() const { return status.ok(); }
 };
 
 class RuntimeImpl;
@@ -200,17 +172,15 @@ class Runtime {
   // allreduce, with the lowest latency for a small tensor. While no other
   // collective is in flight on this rank, on one host, a cached request
   // (any name submitted before) runs on the calling thread instead of
-  // being handed to the background thread and back. Returns what Wait
-  // would; *submitted (if given) says whether the request was queued
-  // (false: the status is the error Allreduce would have returned). A
-  // finite `timeout` that passes leaves the collective in flight, using
-  // the request's buffers until it completes, with no Work to tell when:
-  // where a wait may time out and the program goes on, use Allreduce and
-  // Work::Wait.
-  absl::Status AllreduceAndWait(
+  // being handed to the background thread and back. The result says
+  // whether the request was queued, and what Allreduce (not queued) or
+  // Wait (queued) returned. A finite `timeout` that passes leaves the
+  // collective in flight, using the request's buffers until it completes,
+  // with no Work to tell when: where a wait may time out and the program
+  // goes on, use Allreduce and Work::Wait.
+  BlockingResult AllreduceAndWait(
       const AllreduceRequest& request,
-      absl::Duration timeout = absl::InfiniteDuration(),
-      bool* submitted = nullptr);
+      absl::Duration timeout = absl::InfiniteDuration());
 
   // Submits each request as its own allreduce, exactly as calling
   // Allreduce() for each in turn would (each is negotiated, fused and
@@ -275,6 +245,14 @@ class Runtime {
   absl::Status StopTimeline();
 
   RuntimeStats stats() const;
+  // The counters of kolo's mechanisms (how requests were negotiated, how
+  // the background loop ran, with Options::phase_times where its time
+  // went), by name, for tuning and diagnostics in the way of LevelDB's
+  // GetProperty: docs/tuning.md lists them. Unlike RuntimeStats their names
+  // and meanings may change between releases.
+  std::map<std::string, int64_t> Counters() const;
+  // One of them; NotFound naming `name` for a name Counters() lacks.
+  absl::StatusOr<int64_t> Counter(const std::string& name) const;
 
   // OK while the job runs; after a fatal error (a lost rank, an op timeout,
   // a failed collective) that error, with its payloads (LostRank() in

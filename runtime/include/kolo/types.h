@@ -14,7 +14,7 @@
 
 namespace kolo {
 
-// Values are part of the wire format (runtime/wire.proto): do not renumber.
+// Values are part of kolo's wire format: do not renumber.
 enum class DataType : int {
   kUint8 = 0,
   kInt8 = 1,

@@ -27,7 +27,7 @@
 namespace kolo {
 
 namespace internal {
-class WorkState;  // runtime/work_state.h, private to kolo
+class WorkState;  // private to kolo
 struct WorkAccess;
 }  // namespace internal
 
@@ -61,7 +61,7 @@ class Work {
   absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) const;
   // Wait() without spinning: blocks in the kernel at once, and does not
   // count as a caller waiting (so the background thread does not spin for
-  // it either; Note [Spin then block]). For helper threads that wait on
+  // it either). For helper threads that wait on
   // collectives in the background and must not take CPU from the training
   // loop.
   absl::Status WaitQuietly(
@@ -77,7 +77,7 @@ class Work {
 
  private:
   // Only the runtime makes a Work from its state, and reaches the state of
-  // one, through internal::WorkAccess (runtime/work_state.h).
+  // one, through internal::WorkAccess (private to kolo).
   friend struct internal::WorkAccess;
   explicit Work(std::shared_ptr<internal::WorkState> state);
 

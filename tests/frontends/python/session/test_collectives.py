@@ -101,7 +101,7 @@ def test_blocking_allreduces_run_on_the_callers_thread(rank, size):
     host under run_ranks.sh)."""
     from kolo import _C
     t = torch.zeros(4)
-    before = _C.stats()
+    before = _C.counters()
     for i in range(200):
         t.fill_(float(rank + i))
         assert hvd.allreduce_(t, op=hvd.Sum, name="blocking.lone") is t
@@ -110,15 +110,34 @@ def test_blocking_allreduces_run_on_the_callers_thread(rank, size):
         got = hvd.allreduce(torch.full((2,), float(i)), op=hvd.Sum,
                             name="blocking.out")
         assert torch.equal(got, torch.full((2,), float(i * size))), i
-    after = _C.stats()
+    after = _C.counters()
     # The calls took the loop's turn (whether a turn also completed its
     # collective depends on the other ranks' timing: the C++
     # caller_turn_test checks that with a long spin).
-    assert after["caller_turns"] > before["caller_turns"]
+    assert after["loop.caller_turns"] > before["loop.caller_turns"]
+
+
+def test_stats_and_counters(rank, size):
+    """_C.stats() has kolo::RuntimeStats' fields, _C.counters() every
+    counter of kolo::Runtime::Counters(); both count what was done."""
+    from kolo import _C
+    stats, counters = _C.stats(), _C.counters()
+    assert set(stats) == {"tensors_executed", "collectives_executed",
+                          "negotiation_messages_sent",
+                          "negotiation_messages_received",
+                          "host_buffer_bytes"}
+    assert "negotiation.cache_hits_sent" in counters
+    t = torch.ones(8)
+    hvd.allreduce_(t, op=hvd.Sum, name="stats.one")
+    after = _C.stats()
+    assert after["tensors_executed"] == stats["tensors_executed"] + 1
+    assert after["collectives_executed"] == stats["collectives_executed"] + 1
+    assert (_C.counters()["negotiation.requests_sent"] ==
+            counters["negotiation.requests_sent"] + 1)
 
 
 def test_phase_times_only_when_asked(rank, size):
-    """KOLO_PHASE_TIMES=1 times the loop's phases into the stats; without
+    """KOLO_PHASE_TIMES=1 times the loop's phases into the counters; without
     it (the sessions' default) nothing is timed. The sessions of
     tools/test.sh run without it; the other branch runs by hand:
     KOLO_PHASE_TIMES=1 tests/frontends/python/run_ranks.sh 2 OUT."""
@@ -130,17 +149,18 @@ def test_phase_times_only_when_asked(rank, size):
                    for i, t in enumerate(tensors)]
         for h in handles:
             hvd.synchronize(h)
-    phases = ("send_ns", "prepare_ns", "collective_ns", "complete_ns",
-              "recycle_ns")
+    phases = ("phase.send_ns", "phase.prepare_ns", "phase.collective_ns",
+              "phase.complete_ns", "phase.recycle_ns")
     stats = _C.stats()
+    counters = _C.counters()
     assert stats["collectives_executed"] > executed
     asked = os.environ.get("KOLO_PHASE_TIMES", "").lower() in (
         "1", "true", "on", "yes")
     for phase in phases:
         if asked:
-            assert stats[phase] > 0, phase
+            assert counters[phase] > 0, phase
         else:
-            assert stats[phase] == 0, phase
+            assert counters[phase] == 0, phase
 
 
 def test_non_contiguous_and_empty_and_scalar(rank, size):

@@ -71,10 +71,17 @@ class Error : public std::runtime_error {
   // what() is status.message(), unchanged.
   explicit Error(const absl::Status& status);
   Error(absl::StatusCode code, const std::string& message);
+  // A collective's outcome (Handle::wait, synchronize, a blocking call's
+  // collective), as opposed to a request refused before it ran.
+  struct Outcome {};
+  Error(const absl::Status& status, Outcome);
   absl::StatusCode code() const { return code_; }
+  // Whether this is a collective's outcome (else: a refused request).
+  bool outcome() const { return outcome_; }
 
  private:
   absl::StatusCode code_;
+  bool outcome_ = false;
 };
 
 struct AllreduceOptions {
@@ -203,13 +210,6 @@ class Context {
                        const AllreduceOptions& options = {});
   at::Tensor allreduce_(const at::Tensor& tensor,
                         const AllreduceOptions& options = {});
-  // allreduce (in_place: allreduce_) through kolo::Runtime::AllreduceAndWait,
-  // as both are: a small tensor's allreduce may run on the calling thread.
-  // *submitted tells the errors apart: false, the error allreduce_async
-  // would have thrown; true, the one Handle::wait would have thrown.
-  at::Tensor allreduce_blocking(const at::Tensor& tensor,
-                                const AllreduceOptions& options, bool in_place,
-                                bool* submitted);
 
   // Concatenates every rank's tensor along the first dimension, in rank
   // order; the first dimension may differ between ranks, the others not.
@@ -298,8 +298,15 @@ class Context {
                       int process_set);
   Handle Allreduce(const at::Tensor& tensor, const AllreduceOptions& options,
                    bool in_place);
+  // allreduce (in_place: allreduce_) through
+  // kolo::Runtime::AllreduceAndWait: a small tensor's allreduce may run on
+  // the calling thread. A refused request throws the Error allreduce_async
+  // would have thrown; a failed collective the one Handle::wait would have
+  // thrown (Error::outcome()).
+  at::Tensor AllreduceBlocking(const at::Tensor& tensor,
+                               const AllreduceOptions& options, bool in_place);
   // The pending op and request of an allreduce (Allreduce,
-  // allreduce_blocking).
+  // AllreduceBlocking).
   std::shared_ptr<detail::PendingOp> AllreduceOp(
       const at::Tensor& tensor, const AllreduceOptions& options,
       bool in_place, kolo::AllreduceRequest* request);
