@@ -73,7 +73,7 @@ std::map<std::string, int64_t> ParseValues(const std::string& text) {
 }  // namespace
 
 bool enabled() {
-  // The environment does not change: read once (runtime/config.cc).
+  // The environment does not change: read once (runtime/api/config.cc).
   static const bool elastic = [] {
     absl::StatusOr<kolo::Options> options =
         kolo::Runtime::OptionsFromEnvironment();

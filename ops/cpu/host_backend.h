@@ -3,7 +3,7 @@
 // kernels of reduce.h, once for all of them; the device methods keep
 // Backend's host-memory defaults (memcpy, operator new).
 //
-// Thread safety: as Backend (runtime/backend.h); Combine and Scale touch
+// Thread safety: as Backend (runtime/loop/backend.h); Combine and Scale touch
 // only their arguments.
 #ifndef KOLO_OPS_CPU_HOST_BACKEND_H_
 #define KOLO_OPS_CPU_HOST_BACKEND_H_
@@ -11,7 +11,7 @@
 #include <cstddef>
 
 #include "kolo/types.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 
 namespace kolo {
 namespace cpu {

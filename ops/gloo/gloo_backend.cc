@@ -12,7 +12,7 @@
 #include "ops/cpu/host_backend.h"
 #include "ops/cpu/reduce.h"
 #include "ops/gloo/gloo_context.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace gloo_backend {

@@ -11,7 +11,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 
 namespace kolo {
 namespace gloo_backend {

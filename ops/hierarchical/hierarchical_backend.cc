@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "kolo/store.h"
 #include "ops/cpu/host_backend.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace hierarchical {

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 
 namespace kolo {
 namespace hierarchical {

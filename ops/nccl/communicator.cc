@@ -7,7 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "ops/nccl/cuda_util.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {

@@ -61,7 +61,7 @@ ncclDataType_t ToNcclDataType(DataType dtype) {
     // Bytes moved, never reduced (the runtime rejects reducing bool).
     case DataType::kBool: return ncclUint8;
     // NCCL has no 16-bit integer: the runtime rejects int16 CUDA tensors at
-    // submit (CheckTensor in runtime/runtime.cc).
+    // submit (CheckTensor in runtime/api/runtime.cc).
     case DataType::kInt16: return ncclUint8;
   }
   return ncclUint8;  // unreachable: the runtime checks dtypes at submit

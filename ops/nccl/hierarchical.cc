@@ -37,7 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "ops/cpu/reduce.h"
 #include "ops/nccl/cuda_util.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace nccl {

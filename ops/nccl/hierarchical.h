@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ops/nccl/communicator.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 
 namespace kolo {
 namespace nccl {

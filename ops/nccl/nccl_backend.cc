@@ -53,7 +53,7 @@
 #include "ops/nccl/completion_queue.h"
 #include "ops/nccl/cuda_util.h"
 #include "ops/nccl/hierarchical.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 
 namespace kolo {
 namespace nccl {

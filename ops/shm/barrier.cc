@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/format.h"
+#include "runtime/util/format.h"
 #include "runtime/os/futex.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/sync/wakeup.h"

@@ -14,7 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "ops/cpu/copy.h"
 #include "ops/cpu/reduce.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace shm {

@@ -6,7 +6,7 @@
 // rank copies its data into the segment, the ranks reduce disjoint shares
 // with ops/cpu's vectorised kernels, and every rank copies the result out.
 //
-// Contract (runtime/backend.h): collectives are called by one thread per
+// Contract (runtime/loop/backend.h): collectives are called by one thread per
 // rank, in the same order on every rank; Close() may be called from any
 // thread and makes waiting ranks (of every process) fail: a rank that
 // waits when a peer closes first gives its own runtime up to 1 s (kCloseGrace,

@@ -19,10 +19,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kolo/work.h"
-#include "runtime/format.h"
+#include "runtime/util/format.h"
 #include "runtime/os/errno_text.h"
 #include "runtime/os/poll_timeout.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {

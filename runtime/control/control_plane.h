@@ -36,7 +36,7 @@
 // ring 0 being the leader's), and the leader sends the coordinator one
 // message (wire::HostRequests) for all of them: each rank's lists in the
 // order it sent them, and, taken out of them, the global set's cache ids
-// that every rank of the host sent (HostBatch, runtime/host_relay.h),
+// that every rank of the host sent (HostBatch, runtime/negotiation/host_batch.h),
 // which the coordinator counts for each of the host's ranks
 // (Coordinator::AddHostHits). In steady state a host of k ranks costs
 // the coordinator one message and one bit operation per id instead of k

@@ -4,9 +4,9 @@
 //
 // Note [Hits on the board]
 // In steady state every request of the global set is a cache hit (Note
-// [Response cache] in runtime/response_cache.h). Without the board each
+// [Response cache] in runtime/negotiation/response_cache.h). Without the board each
 // hit travels as a bit to the coordinator, which ANDs them (Note [Cache
-// hits as bits] in runtime/controller.cc) and answers with a response list:
+// hits as bits] in runtime/negotiation/coordinator.cc) and answers with a response list:
 // a round trip through rank 0's background thread per cycle. With the
 // board, a rank's background thread sets its bit for the id in a slot of
 // the control segment; the rank that sets the last bit appends the id to
@@ -113,7 +113,7 @@ struct HitBoardShared {
   struct alignas(64) Head {
     std::atomic<uint64_t> pos;  // records rank r has executed
     // Rank r's caller polls the log (Note [Caller turns] in
-    // runtime/hit_board_loop.cc): appending ids needs no ring to it.
+    // runtime/loop/hit_board_loop.cc): appending ids needs no ring to it.
     std::atomic<uint32_t> polling;
   };
   Head heads[kMaxRanks];
@@ -202,7 +202,7 @@ class KOLO_CAPABILITY("hit board") HitBoard {
   void Executed(uint64_t pos) {
     shared_->heads[rank_].pos.store(pos, std::memory_order_seq_cst);
   }
-  // Note [Caller turns] (runtime/hit_board_loop.cc): while this rank's
+  // Note [Caller turns] (runtime/loop/hit_board_loop.cc): while this rank's
   // caller polls the log itself, a rank that appends ids need not ring it
   // (a system call and a wake-up of its background thread, on the core
   // the caller spins on). Clearing is followed by a look at tail(): a

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/control/control_internal.h"
 #include "runtime/control/control_plane.h"
-#include "runtime/status_macros.h"
+#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {

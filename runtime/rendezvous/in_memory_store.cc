@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "runtime/format.h"
+#include "runtime/util/format.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {

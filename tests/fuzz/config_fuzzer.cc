@@ -4,7 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_split.h"
-#include "runtime/config.h"
+#include "runtime/api/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

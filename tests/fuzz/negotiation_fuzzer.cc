@@ -27,9 +27,9 @@
 
 #include "absl/time/time.h"
 #include "kolo/types.h"
-#include "runtime/controller.h"
-#include "runtime/host_relay.h"
-#include "runtime/response_cache.h"
+#include "runtime/negotiation/coordinator.h"
+#include "runtime/negotiation/host_batch.h"
+#include "runtime/negotiation/response_cache.h"
 #include "runtime/wire.pb.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "runtime/controller.h"
+#include "runtime/negotiation/coordinator.h"
 #include "runtime/wire.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

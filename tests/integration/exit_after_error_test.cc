@@ -1,4 +1,4 @@
-// Note [Runtimes at exit] (runtime/exit_guard.h), with real processes: two
+// Note [Runtimes at exit] (runtime/api/exit_guard.h), with real processes: two
 // workers started directly (rank 0 hosts the store), each returning 3 from
 // main after a kolo error with its runtime still running. Heartbeats every
 // few milliseconds keep the control plane's threads busy while exit() runs.

@@ -1,5 +1,5 @@
 // A worker that returns from main after a kolo error, without shutting its
-// runtime down (Note [Runtimes at exit] in runtime/exit_guard.h): the
+// runtime down (Note [Runtimes at exit] in runtime/api/exit_guard.h): the
 // process must end with its own exit code, 3, never a crash from a kolo
 // thread still running while exit() tears the process down.
 //

@@ -4,7 +4,7 @@
 // reduce-scatter of its own, completion reported later from its own
 // thread through Finish) and moves the bytes with a real host backend
 // (`wire`, e.g. gloo). Its "device memory" is host memory, so a test can
-// check results directly. Used by tests/runtime/device_path_test.cc (as the
+// check results directly. Used by tests/runtime/api/device_path_test.cc (as the
 // CUDA backend of a local job) and the backend contract suite.
 #ifndef KOLO_TESTS_TESTING_FAKE_DEVICE_BACKEND_H_
 #define KOLO_TESTS_TESTING_FAKE_DEVICE_BACKEND_H_
@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {

@@ -11,7 +11,7 @@ gives each host half of this machine's cores (the first half to hostA's
 kolorun, the second to hostB's sshd, whose workers inherit it), and runs
 `kolorun -np 2K -H hostA:K,hostB:K kolo_bench ...` with the host relay
 on (KOLO_HIT_BOARD=1, the default: a host's ranks send their request lists
-through its leader, Note [Host relay] in runtime/host_relay.h) and off
+through its leader, Note [Host relay] in runtime/negotiation/host_batch.h) and off
 (=0: every rank sends its own to the coordinator), the two alternated for
 --rounds rounds, and prints each run's tables. Without flags after `--`
 it runs the lone allreduce of 4 KB - 1 MB and the fusion workload.

@@ -1,5 +1,5 @@
 // negotiation_bench: "scale on paper". Runs the coordinator's negotiation
-// and fusion logic (runtime/controller.h) for 16 to 4096 simulated ranks in
+// and fusion logic (runtime/negotiation/coordinator.h) for 16 to 4096 simulated ranks in
 // one process, the transport replaced by in-memory protobuf bytes, and
 // prints the per-cycle cost at the coordinator against the rank count:
 //   steady: every rank sends cache ids (a training loop after step 1),
@@ -25,9 +25,9 @@
 #include "absl/strings/str_split.h"
 #include "kolo/types.h"
 #include "runtime/control/hit_board.h"
-#include "runtime/controller.h"
-#include "runtime/host_relay.h"
-#include "runtime/response_cache.h"
+#include "runtime/negotiation/coordinator.h"
+#include "runtime/negotiation/host_batch.h"
+#include "runtime/negotiation/response_cache.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {

@@ -14,7 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "runtime/config.h"
+#include "runtime/api/config.h"
+#include "runtime/net/hosts.h"
 
 namespace kolo {
 namespace kolorun {

@@ -20,7 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kolo/runtime.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 #include "kolo/torch/context.h"
 #include "kolo/torch/elastic.h"
 #include "kolo/torch/gradient_reducer.h"

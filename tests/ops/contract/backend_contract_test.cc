@@ -1,4 +1,4 @@
-// The contract of runtime/backend.h, held against every host backend the
+// The contract of runtime/loop/backend.h, held against every host backend the
 // project builds: "gloo", "shm" (one host) and "shm+gloo" (two "hosts" of
 // interleaved ranks: shared memory within each, gloo between the leaders
 // and across the set), each created through the registry as the runtime
@@ -38,7 +38,7 @@
 #include "gtest/gtest.h"
 #include "kolo/store.h"
 #include "ops/cpu/reduce.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 #include "tests/testing/fake_device_backend.h"
 
 namespace kolo {

@@ -15,7 +15,7 @@
 #include "ops/cpu/reduce.h"
 #include "ops/nccl/cuda_util.h"
 #include "ops/nccl/hierarchical.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 #include "tests/testing/local_job.h"
 
 namespace kolo {
@@ -136,7 +136,7 @@ TEST(NcclTypes, EveryKoloDtypeMapsToTheNcclTypeOfTheSameLayout) {
       {DataType::kFloat32, ncclFloat32},   {DataType::kFloat64, ncclFloat64},
       {DataType::kBool, ncclUint8}};
   // int16 has no NCCL type: the runtime refuses int16 CUDA tensors
-  // (Runtime.Int16CudaTensorsAreRefused in tests/runtime/errors_test.cc).
+  // (Runtime.Int16CudaTensorsAreRefused in tests/runtime/api/errors_test.cc).
   ASSERT_EQ(cases.size() + 1, static_cast<size_t>(kNumDataTypes));
   for (const Case& c : cases) {
     EXPECT_EQ(nccl::ToNcclDataType(c.kolo), c.nccl) << DataTypeName(c.kolo);

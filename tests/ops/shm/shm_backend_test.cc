@@ -590,7 +590,7 @@ namespace kolo {
 namespace shm {
 namespace {
 
-// AllreducePieces (Note [Fusion without a buffer] in runtime/executor.cc):
+// AllreducePieces (Note [Fusion without a buffer] in runtime/loop/executor.cc):
 // the same bits as packing the pieces into one buffer and running
 // Allreduce, for pieces of every size (0 included) cut anywhere across
 // stage and share boundaries, in place or not, also when one rank packs

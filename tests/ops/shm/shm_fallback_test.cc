@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/backend.h"
+#include "runtime/loop/backend.h"
 #include "tests/testing/local_job.h"
 
 namespace kolo {

@@ -197,7 +197,7 @@ TEST(ShmRuntime, EachProcessSetChoosesByItsOwnRanks) {
 }
 
 // A fused allreduce large enough for the shm backend's in-place path
-// (Note [Fusion without a buffer] in runtime/executor.cc): 40 tensors of
+// (Note [Fusion without a buffer] in runtime/loop/executor.cc): 40 tensors of
 // ~4 KB, half of them into separate outputs, with a postscale factor;
 // exact results, the same on every rank, inputs of out-of-place tensors
 // untouched; and the control plane went through shared memory.

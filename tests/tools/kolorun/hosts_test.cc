@@ -5,7 +5,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "runtime/config.h"
+#include "runtime/api/config.h"
+#include "runtime/net/hosts.h"
 
 namespace kolo {
 namespace kolorun {

@@ -14,7 +14,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
-#include "runtime/config.h"
+#include "runtime/api/config.h"
+#include "runtime/net/hosts.h"
 #include "tests/tools/kolorun/kolorun_harness.h"
 #include "tools/kolorun/process.h"
 

@@ -1,0 +1,616 @@
+// The background loop of a Runtime: one thread per Runtime that takes
+// the callers' submissions, negotiates them (as the coordinator on rank 0,
+// through it elsewhere), executes the response lists in order and completes
+// the Works (Note [Background loop]). Methods of RuntimeImpl
+// (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
+// errors) is in runtime_impl.cc, process sets in process_sets.cc, the hit
+// board's part and a caller's turn in hit_board_loop.cc, the host relay's
+// in host_relay_loop.cc.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/util/format.h"
+#include "runtime/loop/phase_clock.h"
+#include "runtime/loop/runtime_impl.h"
+#include "runtime/sync/mutex.h"
+
+namespace kolo {
+
+// Note [Background loop]
+// The loop sleeps until something happens: a caller submitted work, a
+// control message arrived, or a deadline is due (the coordinator's batching
+// window, an op timeout, the stall inspector). There is no fixed tick: an
+// idle job costs nothing and a lone request is sent at once (a burst as one
+// list: Note [Coalescing submissions]). It waits on one
+// Wakeup (runtime/sync/wakeup.h), which callers, control-plane reader
+// threads and, over shared memory, peers ring; while some caller is blocked
+// in Work::Wait, and for KOLO_SPIN_TIME after one was or after a pass that
+// followed new submissions, it first spins for KOLO_SPIN_TIME, since the
+// answer (or the burst's next submission) usually comes within
+// microseconds and a kernel wake-up costs tens of them. Each pass:
+//  1. sends this rank's new requests, per process set, to the coordinator
+//     (cache ids where the response cache knows them); on one host the
+//     global set's hits go on the hit board instead while it is open
+//     (Note [Hits on the board] in control/hit_board.h), and a rank that
+//     set the last bits of some ids appends them to the board's log;
+//  2. rank 0: feeds received request lists to the sets' Coordinators
+//     (closing the board first); other ranks: execute received response
+//     lists in order (the global set's at their marker in the board's log);
+//     every rank: executes the board's log as far as it can;
+//  3. rank 0: for each set with ready names, waits at most KOLO_CYCLE_TIME
+//     from the oldest ready name for more names to complete (only while
+//     some are partially submitted), then fuses, sends and executes a list;
+//     tends the board (reopens it when quiet, takes old partial ids).
+void RuntimeImpl::BackgroundLoop() {
+  const bool coordinator = options_.rank == 0;
+  Wakeup& wakeup = *wakeup_.load();
+  absl::Time next_wakeup = absl::InfiniteFuture();
+  bool done = false;
+  bool first_pass = true;
+  uint32_t epoch = wakeup.Epoch();
+  // Spinning is allowed until then: while a caller waits, and for one spin
+  // time after the last pass that saw one (a caller that waited usually
+  // submits again at once) or that followed new submissions (a burst, such
+  // as a backward pass's gradients, usually goes on: Note [Spin then
+  // block]).
+  absl::Time spin_until = absl::InfinitePast();
+  uint64_t adds_seen = queue_.adds();
+  while (!done) {
+    if (!first_pass) {
+      // Note [Spin then block]: spin only around a caller's wait or a
+      // burst of submissions.
+      const absl::Time now = absl::Now();
+      const uint64_t adds = queue_.adds();
+      if (waiters_->load(std::memory_order_seq_cst) > 0 || adds != adds_seen) {
+        spin_until = now + options_.spin_time;
+      }
+      adds_seen = adds;
+      wakeup.Wait(epoch, next_wakeup,
+                  std::max(absl::ZeroDuration(), spin_until - now));
+      epoch = wakeup.Epoch();
+    }
+    first_pass = false;
+    // Note [Caller turns]: the pass is this thread's turn (a caller that
+    // has it ends its own at once).
+    turn_->thread_waits.store(true, std::memory_order_relaxed);
+    MutexLock turn(&turn_->mu);
+    turn_->thread_waits.store(false, std::memory_order_relaxed);
+    if (!fatal_status().ok()) break;
+    const absl::Time now = absl::Now();
+    next_wakeup = absl::InfiniteFuture();
+    timeline_.CycleStart();
+
+    CoalesceSubmissions();
+    if (control_ && control_->host_relay()) {
+      // Note [Host relay]: lists that did not fit into the ring yet.
+      if (control_->host_out_pending()) control_->PushHostOut();
+      if (absl::Status leader = control_->HostLeaderStatus(); !leader.ok()) {
+        Fatal(leader);
+        break;
+      }
+    }
+    SendRequests(absl::Now());
+    if (board_) ExecuteBoard(&done);  // what this rank's bits completed
+    if (!fatal_status().ok() || done) break;
+    if (control_) {
+      std::vector<ControlEvent> events = control_->TakeEvents();
+      if (relay_) {
+        // Note [Host relay]: the host's lists go on with this rank's own.
+        for (ControlEvent& event : events) {
+          if (!event.message.has_request_list()) continue;
+          relay_->Add(event.from_rank,
+                      std::move(*event.message.mutable_request_list()), now);
+          event.message.Clear();
+        }
+        FlushRelay(now, &next_wakeup);
+        if (!fatal_status().ok()) break;
+      }
+      for (ControlEvent& event : events) {
+        if (coordinator && event.message.has_request_list()) {
+          if (!AcceptRequestList(event.from_rank,
+                                 std::move(*event.message.mutable_request_list()),
+                                 now)) {
+            break;
+          }
+        } else if (coordinator && event.message.has_host_requests()) {
+          if (!AcceptHostRequests(event.from_rank,
+                                  *event.message.mutable_host_requests(), now)) {
+            break;
+          }
+        } else if (!coordinator && event.message.has_response_list()) {
+          wire::ResponseList& list = *event.message.mutable_response_list();
+          if (board_) {
+            // Runs at its marker in the board's log.
+            const auto key = std::make_pair(list.process_set(), list.seq());
+            board_lists_.emplace(key, std::move(list));
+            continue;
+          }
+          std::shared_ptr<ProcessSetState> set;
+          {
+            MutexLock lock(&sets_mu_);
+            set = sets_.at(list.process_set());
+          }
+          ExecuteList(*set, list, /*sent_here=*/false);
+          if (list.shutdown()) done = true;
+        } else if (!coordinator && event.message.has_shutdown_waiting()) {
+          const auto& ranks = event.message.shutdown_waiting().ranks();
+          MutexLock lock(&state_mu_);
+          shutdown_waiting_.assign(ranks.begin(), ranks.end());
+          shutdown_waiting_known_ = true;
+        }
+        if (!fatal_status().ok()) break;
+      }
+    }
+    if (board_ && !done) ExecuteBoard(&done);
+    if (!fatal_status().ok()) break;
+    if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
+    if (!fatal_status().ok()) break;
+    next_wakeup = std::min(next_wakeup,
+                           queue_.ExpireLocal(now, options_.op_timeout));
+  }
+  {
+    // No caller takes a turn after the loop's last.
+    MutexLock turn(&turn_->mu);
+    turn_->loop_running = false;
+  }
+  // A leader whose loop ends before the job's end (an error): its host's
+  // ranks must not wait for it.
+  if (relay_ && !done) control_->StopHostRelay();
+  {
+    MutexLock lock(&state_mu_);
+    loop_done_ = true;
+  }
+  state_cv_.NotifyAll();
+}
+
+// Note [Coalescing submissions]
+// A burst of submissions (a framework's gradient hooks, a loop over many
+// tensors) is best sent as one request list: each list costs a pass here
+// and one at the coordinator, and a loop that takes every tensor as it
+// comes competes with the submitting thread for a core (on a machine with
+// fewer cores than threads, it delays the burst it tries to serve). So
+// while nobody waits yet, the loop lets a burst finish: it polls (yielding
+// its core) until no submission came for 5 us, a caller waits (then it
+// sends at once) or KOLO_SPIN_TIME passed. A lone request is held until its
+// caller calls Wait, or 5 us. With KOLO_SPIN_TIME=0 nothing is held back.
+void RuntimeImpl::CoalesceSubmissions() {
+  constexpr int64_t kQuietNanos = 5000;
+  if (options_.spin_time <= absl::ZeroDuration() ||
+      !queue_.has_new_requests() ||
+      waiters_->load(std::memory_order_seq_cst) > 0) {
+    return;
+  }
+  // The clock is read here, not by the submitters.
+  uint64_t seen = queue_.adds();
+  int64_t quiet_since = internal::MonotonicNanos();
+  SpinUntil(
+      [&] {
+        if (waiters_->load(std::memory_order_relaxed) > 0) return true;
+        const uint64_t adds = queue_.adds();
+        const int64_t now = internal::MonotonicNanos();
+        if (adds != seen) {
+          seen = adds;
+          quiet_since = now;
+          return false;
+        }
+        return now - quiet_since >= kQuietNanos;
+      },
+      options_.spin_time);
+}
+
+void RuntimeImpl::SendRequests(absl::Time now) {
+  const bool send_shutdown = shutdown_requested_ && !shutdown_sent_;
+  if (!queue_.has_new_requests() && !send_shutdown) return;
+  ScopedPhase phase(options_.phase_times, &counters_.send_ns);
+  std::map<int, wire::RequestList> lists;
+  std::map<int, std::shared_ptr<ProcessSetState>> sets;
+  // Per set: the cache ids to send (as bits where dense: AddCacheHits).
+  std::map<int, std::vector<int64_t>>& hits = hits_to_send_;
+  for (auto& [id, ids] : hits) ids.clear();
+  {
+    MutexLock lock(&sets_mu_);
+    sets.insert(sets_.begin(), sets_.end());
+  }
+  // Under the queue's lock, without copies: a cached request travels as
+  // its id, only a new one as a copy. A step's requests come in runs of one
+  // process set: the set's state, list and ids are looked up once per run
+  // (std::map's references stay valid as others are added), and the
+  // counters are added to once per take.
+  int run_set = -1;
+  ResponseCache* run_cache = nullptr;
+  wire::RequestList* run_list = nullptr;
+  std::vector<int64_t>* run_hits = nullptr;
+  int64_t hits_taken = 0, requests_taken = 0;
+  queue_.TakeNewRequests(now + options_.op_timeout + kLocalTimeoutSlack,
+                         [&](const wire::Request& r) {
+    if (r.process_set() != run_set || run_cache == nullptr) {
+      run_set = r.process_set();
+      run_cache = sets.at(run_set)->cache;
+      run_list = &lists[run_set];
+      run_hits = &hits[run_set];
+    }
+    if (r.type() == wire::JOIN) joined_ = true;
+    const int64_t id = run_cache->Lookup(r);
+    if (id >= 0) {
+      run_hits->push_back(id);
+      ++hits_taken;
+    } else {
+      *run_list->add_requests() = r;
+      ++requests_taken;
+    }
+  });
+  counters_.cache_hits_sent += hits_taken;
+  counters_.requests_sent += requests_taken;
+  if (board_ && (lists.count(kGlobalProcessSet) || send_shutdown)) {
+    // Note [Hits on the board]: the global set's hits go on the board
+    // while it is open and this rank has executed the log as far as the
+    // coordinator had written it when it opened; the rest (and any hit
+    // whose slot another id holds) goes to the coordinator, counted.
+    std::vector<int64_t>& ids = hits[kGlobalProcessSet];
+    bool published = false;
+    bool full = false;  // complete ids left ready: the log is full
+    bool send = false;
+    {
+      if (!LockBoard()) return;
+      HitBoardLock locked(board_);
+      if (!ids.empty() && board_->Usable(board_cursor_)) {
+        board_complete_.clear();
+        board_refused_.clear();
+        board_->Set(ids, internal::MonotonicNanos(), &board_complete_,
+                    &board_refused_);
+        counters_.board_hits += static_cast<int64_t>(ids.size() -
+                                                     board_refused_.size());
+        ids.swap(board_refused_);
+        published = board_->Publish(&board_complete_);
+        if (!published && !board_complete_.empty()) full = true;
+      }
+      if (board_->ready_pending()) {
+        published = board_->FlushReady() || published;
+        full = full || board_->ready_pending();
+      }
+      send = lists[kGlobalProcessSet].requests_size() > 0 || !ids.empty() ||
+             send_shutdown;
+      if (send && options_.rank != 0) board_->CountSent();
+    }
+    if (!send) lists.erase(kGlobalProcessSet);
+    // Full: the ranks that have not executed the log must run (ranks
+    // outside a set wait for nothing when only its markers are left).
+    // A rank whose caller polls the log needs no ring for ids (Note
+    // [Caller turns]).
+    if (published || full) {
+      for (int r = 0; r < options_.size; ++r) {
+        if (r != options_.rank && (full || board_->NeedsRing(r))) {
+          control_->Ring(r);
+        }
+      }
+    }
+  }
+  for (auto& [id, ids] : hits) {
+    if (!ids.empty()) AddCacheHits(&ids, &lists[id]);
+  }
+  if (send_shutdown) {
+    // Leaving the job leaves every set: their coordinators fail whatever
+    // this rank never submitted.
+    for (auto& [id, set] : sets) {
+      if (set->member()) lists[id].set_shutdown(true);
+    }
+    shutdown_sent_ = true;
+  }
+  // The global set's list goes last: once the coordinator has every rank's
+  // global shutdown request it has all their other messages too (one
+  // ordered connection), and it closes the job.
+  std::vector<int> order;
+  for (auto& [id, list] : lists) {
+    if (id != kGlobalProcessSet) order.push_back(id);
+  }
+  if (lists.count(kGlobalProcessSet)) order.push_back(kGlobalProcessSet);
+  for (int id : order) {
+    wire::RequestList& list = lists[id];
+    ProcessSetState& set = *sets.at(id);
+    list.set_process_set(id);
+    list.set_acked_seq(set.executed_seq);
+    ++counters_.request_lists_sent;
+    if (options_.rank == 0) {
+      if (board_ && id == kGlobalProcessSet) CloseBoard(set, now);
+      set.coordinator->AddRequests(set.rank, std::move(list), now);
+    } else if (relay_) {
+      // Note [Host relay]: sent with the host's (FlushRelay).
+      relay_->Add(options_.rank, std::move(list), now);
+    } else {
+      wire::ControlMessage message;
+      *message.mutable_request_list() = std::move(list);
+      absl::Status s = control_->SendToCoordinator(message);
+      if (!s.ok()) {
+        Fatal(s);
+        return;
+      }
+    }
+  }
+}
+
+void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
+                                  bool* done) {
+  std::vector<std::shared_ptr<ProcessSetState>> sets;
+  {
+    MutexLock lock(&sets_mu_);
+    for (auto& [id, set] : sets_) sets.push_back(set);
+  }
+  // The global set goes last: at shutdown its list is the final one.
+  std::rotate(sets.begin(), sets.begin() + 1, sets.end());
+  if (board_) TendBoard(*sets.back(), now, next_wakeup);
+  const bool all_shutdown = sets.back()->coordinator->AllShutdown();
+  bool list_deferred = false;  // a set's list waits for room in the log
+  ReportShutdownWaiting(*sets.back()->coordinator);
+  for (auto& set : sets) {
+    Coordinator& c = *set->coordinator;
+    c.ExpireOlderThan(options_.op_timeout, now);
+    if (options_.stall_check_time > absl::ZeroDuration()) {
+      for (const std::string& line : c.StallReport(options_.stall_check_time, now)) {
+        logger_.Warning(absl::StrCat(
+            "stalled collectives", set->id ? absl::StrCat(" in process set ", set->id) : "",
+            ": ", line, " not submitted after ",
+            FormatSeconds(options_.stall_check_time)));
+      }
+      *next_wakeup = std::min(*next_wakeup, c.NextStallCheck(options_.stall_check_time));
+    }
+    if (options_.stall_shutdown_time > absl::ZeroDuration()) {
+      if (auto stalled = c.StalledPast(options_.stall_shutdown_time, now)) {
+        const absl::Status status = absl::DeadlineExceededError(*stalled);
+        if (control_) control_->FailJob(status).IgnoreError();
+        Fatal(status);
+        return;
+      }
+      *next_wakeup = std::min(
+          *next_wakeup, c.NextPendingDeadline(options_.stall_shutdown_time));
+    }
+    bool emit = false;
+    if (c.HasReady()) {
+      const absl::Time batch_until = c.OldestReadyTime() + options_.cycle_time;
+      if (!c.HasPartial() || now >= batch_until || all_shutdown) {
+        emit = true;
+      } else {
+        *next_wakeup = std::min(*next_wakeup, batch_until);
+      }
+    }
+    if ((emit || (all_shutdown && set->id == kGlobalProcessSet)) && board_) {
+      // Note [Hits on the board]: a list is made once this rank has
+      // executed the board's log to its end (this rank's caches are the
+      // coordinators', which the list changes) and when the log has room
+      // for its marker; the global set's, while the board is closed.
+      if (set->id == kGlobalProcessSet) CloseBoard(*set, now);
+      ExecuteBoard(done);
+      if (!fatal_status().ok() || *done) return;
+      // The final list never overtakes a list of another set that waits
+      // for room (this step's global set comes last).
+      if (!board_->HasRoom(1) || (list_deferred && all_shutdown)) {
+        // The others free room as they execute: wake them all (ranks
+        // outside the set have nothing else to wake them), look again.
+        list_deferred = true;
+        for (int r = 1; r < options_.size; ++r) control_->Ring(r);
+        *next_wakeup = std::min(*next_wakeup, now + absl::Microseconds(100));
+        continue;
+      }
+    }
+    if (emit || (all_shutdown && set->id == kGlobalProcessSet)) {
+      wire::ResponseList list = c.TakeResponseList();
+      // Every rank asked to shut down: the global set's list is the last
+      // one (after every other set's), since no rank can add requests.
+      list.set_shutdown(all_shutdown && set->id == kGlobalProcessSet);
+      SendList(*set, list);
+      if (!fatal_status().ok()) return;
+      if (list.shutdown()) *done = true;
+    }
+    *next_wakeup =
+        std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
+  }
+  // The board may have opened after TendBoard (at a list's marker): it is
+  // looked at while it is open (BoardCheckLimit).
+  if (board_ && board_->open()) {
+    *next_wakeup = std::min(*next_wakeup, now + BoardCheckLimit());
+  }
+}
+
+void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
+  const std::set<int>& asked = global.ShutdownRanks();
+  if (asked.empty()) return;
+  std::vector<int> waiting;
+  for (int r = 0; r < global.size(); ++r) {
+    if (!asked.count(r)) waiting.push_back(r);
+  }
+  {
+    MutexLock lock(&state_mu_);
+    if (shutdown_waiting_known_ && shutdown_waiting_ == waiting) return;
+    shutdown_waiting_ = waiting;
+    shutdown_waiting_known_ = true;
+  }
+  if (!control_ || waiting.empty()) return;  // Empty: the final list says it.
+  wire::ControlMessage message;
+  for (int r : waiting) message.mutable_shutdown_waiting()->add_ranks(r);
+  control_->Broadcast(message).IgnoreError();  // A lost rank is reported anyway.
+}
+
+void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list) {
+  if (board_) {
+    // Its marker, where every rank runs it, appended once this rank has
+    // executed the log to its end (it runs the list right here). While
+    // the board is closed (always for the global set's lists) nobody else
+    // appends; while it is open others may append ids, which need this
+    // rank's bits too: executing what they appended ends.
+    bool appended = false;
+    for (;;) {
+      bool at_end = false;
+      {
+        if (!LockBoard()) return;
+        HitBoardLock locked(board_);
+        at_end = board_->tail() == board_cursor_;
+        if (at_end) appended = board_->AppendList(list.seq(), set.id);
+        // Open again right after the marker if this list leaves the
+        // coordinator quiet: the ranks that execute it are then past the
+        // opening position before their next submissions.
+        if (appended && set.id == kGlobalProcessSet) {
+          OpenBoardIfQuietLocked(*set.coordinator);
+        }
+      }
+      if (at_end) break;
+      bool unused_done = false;  // (only the global set's lists end a job)
+      ExecuteBoard(&unused_done);
+      if (!fatal_status().ok()) return;
+    }
+    if (!appended) {
+      Fatal(absl::InternalError(absl::StrCat(
+          "hit board: no room in the log for response list ", list.seq(),
+          " of process set ", set.id)));
+      return;
+    }
+  }
+  if (control_) {
+    if (list.shutdown()) control_->MarkShuttingDown();
+    wire::ControlMessage message;
+    *message.mutable_response_list() = list;
+    absl::Status s = control_->SendTo(set.ranks, message);
+    if (!s.ok()) {
+      Fatal(s);
+      return;
+    }
+  }
+  if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
+  if (board_) board_->Executed(++board_cursor_);
+}
+
+void RuntimeImpl::ExecuteList(ProcessSetState& set,
+                              const wire::ResponseList& list, bool sent_here) {
+  if (list.shutdown() && control_) control_->MarkShuttingDown();
+  ++counters_.response_lists_received;
+  // The coordinator applied the cache changes when it built the list.
+  const bool apply_cache = !sent_here && !list.cache_frozen();
+  for (const wire::Response& response : list.responses()) {
+    ExecuteResponse(set, response, apply_cache);
+    if (!fatal_status().ok()) return;
+  }
+  set.executed_seq = list.seq();
+  // Only the coordinator reads evicted entries.
+  if (!sent_here) set.cache->PruneGraveyard(list.seq());
+}
+
+void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
+                                  const wire::Response& compact,
+                                  bool apply_cache,
+                                  const wire::Response* const* cached) {
+  PhaseClock clock(options_.phase_times);
+  // A response that came as cache ids is rebuilt from this rank's cache,
+  // into storage kept from one response to the next.
+  const bool from_cache = compact.cache_ids_size() > 0;
+  const wire::Response& response = from_cache ? expanded_ : compact;
+  if (from_cache && cached) {
+    ExpandCachedResponse(cached, compact, &expanded_);
+  } else if (from_cache &&
+             !ExpandCachedResponse(*set.cache, compact, &expanded_)) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", options_.rank, ": response cache of process set ", set.id,
+        " out of step with the coordinator")));
+    return;
+  }
+  if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+    std::vector<int> ranks(response.member_ranks().begin(),
+                           response.member_ranks().end());
+    RegisterProcessSet(response.new_process_set(), ranks);
+    std::shared_ptr<ProcessSetState> created;
+    {
+      MutexLock lock(&sets_mu_);
+      created = sets_.at(response.new_process_set());
+    }
+    absl::Status s = ConnectProcessSet(*created);
+    auto entry = queue_.Take(set.id, response.names(0));
+    if (entry) {
+      entry->work->SetValue(response.new_process_set());
+      entry->Complete(s);
+    }
+    if (!s.ok()) Fatal(s);
+    return;
+  }
+  if (response.type() == wire::RESPONSE_REMOVE_PROCESS_SET) {
+    absl::Status s = ForgetProcessSet(response.target_process_set());
+    auto entry = queue_.Take(set.id, response.names(0));
+    if (entry) entry->Complete(s);
+    return;
+  }
+  if (response.type() == wire::RESPONSE_JOIN) joined_ = false;
+
+  std::vector<std::unique_ptr<TensorEntry>> taken;
+  queue_.TakeAll(set.id, response.names(), &taken);
+  std::vector<std::unique_ptr<TensorEntry>> entries;
+  entries.reserve(response.names_size());
+  for (int i = 0; i < response.names_size(); ++i) {
+    const std::string& name = response.names(i);
+    std::unique_ptr<TensorEntry> entry = std::move(taken[i]);
+    if (!entry && response.type() == wire::RESPONSE_ALLREDUCE && joined_) {
+      // Joined: contribute zeros so that the others' sums go on.
+      entry = std::make_unique<TensorEntry>();
+      const DataType dtype = static_cast<DataType>(response.dtype());
+      entry->scratch = std::make_shared<std::vector<uint8_t>>(
+          response.elements(i) * DataTypeSize(dtype));
+      Device device;
+      if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
+        const int index = set.cuda_device.load();
+        device = Device::Cuda(index >= 0 ? index : options_.local_rank);
+      }
+      entry->input = entry->output = TensorView(
+          entry->scratch->data(), dtype, {response.elements(i)}, device);
+      entry->work = std::make_shared<internal::WorkState>();
+    }
+    if (!entry) {
+      if (response.type() == wire::RESPONSE_ERROR) continue;  // Not ours.
+      // Every rank submitted every name of a data response: this one did
+      // not, so the ranks are out of step.
+      Fatal(absl::InternalError(absl::StrCat(
+          "rank ", options_.rank, " received a response for \"", name,
+          "\" that it never submitted")));
+      return;
+    }
+    entries.push_back(std::move(entry));
+  }
+  if (apply_cache) {
+    // Note [One cache protocol], as the coordinator applied it. Every name
+    // of a data response has its entry, in order (or Fatal above).
+    ApplyResponse(
+        *set.cache, compact,
+        [&](int i) -> const wire::Request* { return &entries[i]->request; },
+        0);
+  }
+  if (entries.empty()) return;
+  if (response.type() != wire::RESPONSE_ERROR) {
+    ++counters_.collectives_executed;
+    counters_.tensors_executed += static_cast<int64_t>(entries.size());
+  }
+  Executor* executor = set.executor.get();
+  if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
+    absl::Status connected =
+        ConnectDevicePath(set, entries.front()->input.device);
+    if (!connected.ok()) {
+      for (auto& e : entries) e->Complete(connected);
+      Fatal(connected);
+      return;
+    }
+    executor = set.cuda_executor.get();
+  }
+  if (clock.on()) counters_.prepare_ns += clock.Lap();
+  const int64_t completed_before = executor->complete_ns();
+  absl::Status s = executor->Execute(response, entries);
+  if (clock.on()) {
+    const int64_t complete = executor->complete_ns() - completed_before;
+    counters_.collective_ns += clock.Lap() - complete;
+    counters_.complete_ns += complete;
+  }
+  // Note [Entries recycled]: the completed entries serve later submissions
+  // (those a device backend completes later are its own until then).
+  queue_.Recycle(&entries);
+  if (clock.on()) counters_.recycle_ns += clock.Lap();
+  if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
+}
+
+}  // namespace kolo

@@ -1,0 +1,325 @@
+// RuntimeImpl: owns everything one Runtime runs: the store, the control
+// plane, the process sets (each with its backend, executor, response cache
+// and, on rank 0, its coordinator), the tensor queue and the background
+// thread.
+//
+// Threads: the public methods run on caller threads; BackgroundLoop() on the
+// background thread, which negotiates and issues collectives; a caller in
+// SubmitAndWait may do the same in the loop's turn (Note [Caller turns] in
+// hit_board_loop.cc): what is marked "background thread" below belongs to
+// whoever holds the turn, one thread at a time. Fatal() may run on a
+// control-plane reader thread.
+#ifndef KOLO_RUNTIME_LOOP_RUNTIME_IMPL_H_
+#define KOLO_RUNTIME_LOOP_RUNTIME_IMPL_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <thread>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kolo/options.h"
+#include "kolo/runtime.h"
+#include "kolo/store.h"
+#include "runtime/loop/backend.h"
+#include "runtime/control/control_plane.h"
+#include "runtime/control/hit_board.h"
+#include "runtime/negotiation/coordinator.h"
+#include "runtime/loop/executor.h"
+#include "runtime/negotiation/host_batch.h"
+#include "runtime/util/logging.h"
+#include "runtime/negotiation/response_cache.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/sync/wakeup.h"
+#include "runtime/loop/tensor_queue.h"
+#include "runtime/negotiation/timeline.h"
+
+namespace kolo {
+
+namespace rendezvous {
+class TcpStoreServer;
+}
+
+// One process set as seen by this process.
+struct ProcessSetState {
+  int id = 0;
+  std::vector<int> ranks;  // global ranks, sorted
+  int rank = -1;           // this process's rank in the set; -1: not a member
+  // Members only (background thread). The CPU path is connected when the
+  // set is; the CUDA path when the set's first CUDA response runs (on every
+  // rank at the same point of the response order). Each executor is
+  // declared after its backend, so that it goes first.
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Executor> executor;
+  std::unique_ptr<Backend> cuda_backend;
+  std::unique_ptr<Executor> cuda_executor;
+  // The GPU this rank's CUDA tensors of the set are on: fixed by the first
+  // one submitted (-1: none yet). Caller threads.
+  std::atomic<int> cuda_device{-1};
+  std::unique_ptr<ResponseCache> own_cache;
+  ResponseCache* cache = nullptr;  // own_cache, or the coordinator's on rank 0
+  int64_t executed_seq = 0;
+  // Global rank 0 only: negotiation for the set.
+  std::unique_ptr<Coordinator> coordinator;
+  // Caller threads: numbers barriers so that every rank names them alike.
+  std::atomic<int64_t> barriers{0};
+
+  bool member() const { return rank >= 0; }
+  int size() const { return static_cast<int>(ranks.size()); }
+};
+
+class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
+ public:
+  explicit RuntimeImpl(const Options& options);
+  ~RuntimeImpl();
+
+  // Rendezvous, control plane, the global set's backend, background thread.
+  absl::Status Start();
+
+  const Options& options() const { return options_; }
+  // Checks the process set, then queues the entry. `process_set` of the
+  // request must be set.
+  absl::StatusOr<Work> Submit(TensorEntry entry);
+  absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
+  // Submits the entry and waits for it, running the loop's turn on the
+  // calling thread if it can (Note [Caller turns] in hit_board_loop.cc).
+  BlockingResult SubmitAndWait(std::unique_ptr<TensorEntry> entry,
+                               absl::Duration timeout);
+  // Submits every entry or none (TensorQueue::AddAll); their Works'
+  // states share one allocation. `entries` is emptied on success.
+  absl::StatusOr<std::vector<Work>> SubmitAll(
+      std::vector<std::unique_ptr<TensorEntry>>* entries);
+  // Entries to fill for Submit/SubmitAll (Note [Entries recycled]).
+  std::unique_ptr<TensorEntry> NewEntry() { return queue_.NewEntry(); }
+  void NewEntries(size_t n, std::vector<std::unique_ptr<TensorEntry>>* out) {
+    queue_.NewEntries(n, out);
+  }
+  // The set (and this rank's place in it); InvalidArgument naming `what`
+  // if unknown or if this rank is not a member.
+  absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
+      int process_set, const std::string& what) const;
+  // The same; errors name `op` "`name`" (built only on error: this runs for
+  // every submission).
+  absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
+      int process_set, const char* op, const std::string& name) const;
+  // Whether this rank is a member of the set, with MemberSet's errors.
+  // The global set (every rank, registered by Start, never removed) is
+  // answered without the sets' lock: a step's every submission asks.
+  absl::Status CheckMember(int process_set, const char* op,
+                           const std::string& name) const {
+    if (process_set == kGlobalProcessSet) return absl::OkStatus();
+    return MemberSet(process_set, op, name).status();
+  }
+  absl::StatusOr<std::vector<int>> SetRanks(int process_set) const;
+
+  absl::StatusOr<int> Join();
+  absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
+  // Submits a collective whose result is one number (Join's last rank, a
+  // new process set's id), waits for it and returns the number.
+  absl::StatusOr<int> SubmitForValue(TensorEntry entry);
+  absl::StatusOr<int> AddMemberProcessSet(const std::vector<int>& ranks,
+                                          const std::string& key);
+  absl::Status RemoveProcessSet(int process_set);
+  absl::Status StartTimeline(const std::string& path, bool mark_cycles);
+  absl::Status StopTimeline();
+  RuntimeStats stats() const;
+  std::map<std::string, int64_t> Counters() const;
+  // The fatal error, OK while the job runs (Runtime::status()).
+  absl::Status status() { return fatal_status(); }
+
+  absl::Status Shutdown(absl::Duration timeout);
+  void Abort();
+  // Abort() at process exit, quietly (Note [Runtimes at exit] in
+  // exit_guard.h).
+  void StopForExit();
+
+ private:
+  // Checks that the runtime accepts work and the entry's device; gives the
+  // entry its Work state (unless it has one).
+  absl::Status Prepare(TensorEntry* entry);
+  // A rank that cannot reach the coordinator gives up this long after the
+  // coordinator itself would have reported the op timeout (each entry's
+  // deadline counts from when its request is taken for sending: by the
+  // background thread, or by a caller in its turn).
+  static constexpr absl::Duration kLocalTimeoutSlack = absl::Seconds(2);
+  // Note [Background loop] in background_loop.cc.
+  void BackgroundLoop();
+  // Note [Coalescing submissions]: waits for a burst to end.
+  void CoalesceSubmissions();
+  void SendRequests(absl::Time now);
+  void CoordinatorStep(absl::Time now, absl::Time* next_wakeup, bool* done);
+  void SendList(ProcessSetState& set, const wire::ResponseList& list);
+  // Coordinator: tells every rank which ranks it still waits for at
+  // shutdown, when that changed.
+  void ReportShutdownWaiting(const Coordinator& global);
+  void ExecuteList(ProcessSetState& set, const wire::ResponseList& list,
+                   bool sent_here);
+  // `cached`: compact's cached responses in the order of its ids, where
+  // the caller has looked them up (the board's records), else null.
+  void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
+                       bool apply_cache,
+                       const wire::Response* const* cached = nullptr);
+  // Note [Hits on the board] (control/hit_board.h), background thread.
+  // Takes the board's lock, for a HitBoardLock to hold; false (after
+  // Fatal) if the job ended first or the op timeout passed.
+  bool LockBoard() KOLO_TRY_ACQUIRE(true, board_);
+  // Executes the board's log from this rank's cursor, as far as the lists
+  // it names have arrived (those of sets this rank is not in are skipped);
+  // *done at the final list.
+  // With `handed_back` (a caller's turn): stops, setting it, at a record
+  // the caller leaves to the background thread (a list's marker, a CUDA
+  // tensor).
+  void ExecuteBoard(bool* done, bool* handed_back = nullptr);
+  // Note [Caller turns], holding turn_->mu: sends this rank's new requests
+  // and, on the board, executes its log until `work` completes, the spin
+  // time passes or the thread must take over (rung). False if it took no
+  // turn (then the caller rings the thread).
+  bool CallerTurn(const internal::WorkState& work);
+  // One record of ids: the cached responses, fused by the board's plan.
+  // False, executing nothing, if a `caller` (Note [Caller turns]) must
+  // leave it to the thread (a CUDA tensor).
+  bool ExecuteBoardIds(ProcessSetState& global,
+                       const HitBoardShared::Record& record, bool caller);
+  // Coordinator: closes the board, its bits becoming the ranks' hits.
+  void CloseBoard(ProcessSetState& global, absl::Time now);
+  // Coordinator: opens it again once negotiation of the set is quiet, and
+  // moves old partly set ids to the coordinator for its time-outs and
+  // stall reports.
+  void TendBoard(ProcessSetState& global, absl::Time now,
+                 absl::Time* next_wakeup);
+  // How often rank 0 looks at an open board: its earliest check.
+  absl::Duration BoardCheckLimit() const;
+  // Coordinator, board locked: opens it if `global` is quiet and every
+  // request list sent has arrived.
+  void OpenBoardIfQuietLocked(const Coordinator& global)
+      KOLO_REQUIRES(board_);
+  // Note [Host relay] (control/control_plane.h), background thread.
+  // A host leader (not rank 0): sends the host's request lists on when
+  // HostBatch::Due says (the hold is KOLO_CYCLE_TIME); *next_wakeup: when
+  // the held ones must go.
+  void FlushRelay(absl::Time now, absl::Time* next_wakeup);
+  // Coordinator: one request list of rank `from` for its set; false after
+  // Fatal (the rank is not in the set).
+  bool AcceptRequestList(int from, wire::RequestList list, absl::Time now);
+  // Coordinator: a host leader's message.
+  bool AcceptHostRequests(int from, wire::HostRequests& message,
+                          absl::Time now);
+  void RegisterProcessSet(int id, std::vector<int> ranks);
+  // Background thread, at the negotiated removal: fails the set's pending
+  // work and drops the set (its backend closes with its last reference).
+  absl::Status ForgetProcessSet(int id);
+  absl::Status ConnectProcessSet(ProcessSetState& set);
+  // The set's CUDA backend and executor on `device`, created on first use.
+  absl::Status ConnectDevicePath(ProcessSetState& set, const Device& device);
+  // Each set rank's host identity, as published in Start().
+  absl::StatusOr<std::vector<std::string>> SetHosts(
+      const ProcessSetState& set) const;
+  // What a backend of the set gets to connect with.
+  BackendContext SetContext(const ProcessSetState& set,
+                            const std::string& prefix) const;
+  void Notify();
+  // Fails all pending and future work with `status`, logged as an error
+  // unless `quiet` (the program itself ended the runtime). Any thread.
+  void Fatal(const absl::Status& status, bool quiet = false);
+  absl::Status fatal_status();
+  // After a failed collective: give the control plane a moment to say which
+  // rank was lost, since that message is the useful one.
+  absl::Status ExplainCollectiveFailure(const absl::Status& backend_error);
+  bool StopLoop(absl::Time deadline);
+
+  const Options options_;
+  Logger logger_;
+  std::shared_ptr<Store> store_;  // prefixed "kolo"
+  std::unique_ptr<rendezvous::TcpStoreServer> store_server_;
+  std::unique_ptr<ControlPlane> control_;
+  TensorQueue queue_;
+  Timeline timeline_;
+
+  mutable Mutex sets_mu_;
+  std::map<int, std::shared_ptr<ProcessSetState>> sets_
+      KOLO_GUARDED_BY(sets_mu_);
+
+  // Wakes the background thread: own_wakeup_, or (set before the thread
+  // starts) the control plane's doorbell in shared memory, which peers ring
+  // too (Note [Control over shared memory] in control/shm_ring.h).
+  Wakeup own_wakeup_;
+  std::atomic<Wakeup*> wakeup_{&own_wakeup_};
+  // Callers blocked in Work::Wait on this runtime's collectives: the
+  // background thread spins only while this is non-zero.
+  std::shared_ptr<std::atomic<int>> waiters_ =
+      std::make_shared<std::atomic<int>>(0);
+
+  Mutex state_mu_;
+  CondVar state_cv_;
+  absl::Status fatal_ KOLO_GUARDED_BY(state_mu_);
+  // fatal_ is set (written under state_mu_, read without it).
+  std::atomic<bool> failed_{false};
+  bool loop_done_ KOLO_GUARDED_BY(state_mu_) = false;
+  // Ranks that have not asked to shut down although some have, as the
+  // coordinator last said (wire::ShutdownWaiting); for Shutdown()'s
+  // timeout message.
+  std::vector<int> shutdown_waiting_ KOLO_GUARDED_BY(state_mu_);
+  bool shutdown_waiting_known_ KOLO_GUARDED_BY(state_mu_) = false;
+  std::atomic<bool> accepting_{false};
+  std::atomic<bool> shutdown_requested_{false};
+  std::atomic<bool> stopped_{false};
+  std::atomic<int64_t> process_set_calls_{0};
+  bool shutdown_sent_ = false;  // background thread only
+  bool joined_ = false;         // background thread only
+  // A response that travelled as cache ids, rebuilt (background thread).
+  wire::Response expanded_;
+  // SendRequests: per process set, the cache ids of one pass (storage kept
+  // from pass to pass). Background thread only.
+  std::map<int, std::vector<int64_t>> hits_to_send_;
+  // Note [Hits on the board]: the global set's board, or null (control
+  // over TCP, one rank, KOLO_HIT_BOARD=0 on rank 0); the records this rank
+  // has executed; response lists (by set and seq) received before their
+  // marker; rank 0:
+  // request lists received per rank. Background thread only.
+  HitBoard* board_ = nullptr;
+  uint64_t board_cursor_ = 0;
+  std::map<std::pair<int, int64_t>, wire::ResponseList> board_lists_;
+  std::vector<uint64_t> board_received_;
+  std::vector<int64_t> board_complete_, board_refused_;
+  std::vector<HitBoard::Pulled> board_pulled_;
+  std::vector<const wire::Response*> board_singles_, board_bucket_;
+  wire::Response board_response_;
+
+  // Note [Host relay]: the lists this rank holds as its host's leader
+  // (null unless it leads a relaying host; rank 0 takes its host's lists
+  // as the coordinator). Rank 0:
+  // each rank's host leader, and each leader's number of ranks (to check
+  // the leaders' messages). Background thread only.
+  std::unique_ptr<HostBatch> relay_;
+  std::vector<int> host_leader_of_;
+  absl::flat_hash_map<int, int> host_size_of_leader_;
+  std::vector<std::pair<int, int64_t>> relay_acks_;  // (storage)
+
+  struct Counters {
+    std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},
+        request_lists_sent{0}, response_lists_received{0},
+        collectives_executed{0}, tensors_executed{0}, board_hits{0},
+        board_records_executed{0}, host_messages_sent{0}, host_hits_sent{0},
+        host_messages_received{0}, caller_turns{0},
+        caller_turns_completed{0};
+    // Options::phase_times (the "phase.*" counters).
+    std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
+        complete_ns{0}, recycle_ns{0};
+  } counters_;
+  // Note [Caller turns] (hit_board_loop.cc): the loop's turn, and
+  // whether the loop runs (callers take turns only while it does).
+  struct LoopTurn {
+    Mutex mu;
+    bool loop_running KOLO_GUARDED_BY(mu) = false;
+    // The thread waits for the turn: a caller that has it hands it back.
+    std::atomic<bool> thread_waits{false};
+  };
+  const std::unique_ptr<LoopTurn> turn_ = std::make_unique<LoopTurn>();
+  std::thread thread_;
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_LOOP_RUNTIME_IMPL_H_
