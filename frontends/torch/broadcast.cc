@@ -72,7 +72,7 @@ std::string serialize_optimizer_state(::torch::optim::Optimizer& optimizer) {
 }
 
 void load_optimizer_state(const std::string& bytes,
-                   ::torch::optim::Optimizer& optimizer) {
+                          ::torch::optim::Optimizer& optimizer) {
   ::torch::serialize::InputArchive archive;
   archive.load_from(bytes.data(), bytes.size());
   at::Tensor num_groups;
@@ -96,8 +96,6 @@ void load_optimizer_state(const std::string& bytes,
     groups[i].options().serialize(options);
   }
 }
-
-
 
 void broadcast_parameters(
     const ::torch::OrderedDict<std::string, at::Tensor>& named_tensors,

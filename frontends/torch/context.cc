@@ -144,10 +144,9 @@ at::Tensor CheckedTensor(const at::Tensor& t, const char* op,
 // works with a CUDA one.
 class StreamReadyEvent : public kolo::ReadyEvent {
  public:
-  explicit StreamReadyEvent(const at::Tensor& t)
-      : event_(t.device().type()) {
-    event_.record(
-        c10::impl::getDeviceGuardImpl(t.device().type())->getStream(t.device()));
+  explicit StreamReadyEvent(const at::Tensor& t) : event_(t.device().type()) {
+    event_.record(c10::impl::getDeviceGuardImpl(t.device().type())
+                      ->getStream(t.device()));
   }
   bool Ready() override {
     // c10::Event is not thread-safe; the runtime may poll from two threads.
@@ -226,9 +225,7 @@ const Tensors& Settle(PendingOp* op, const absl::Status& status) {
   return op->results;
 }
 
-const Tensors& Finish(PendingOp* op) {
-  return Settle(op, op->work.Wait());
-}
+const Tensors& Finish(PendingOp* op) { return Settle(op, op->work.Wait()); }
 
 }  // namespace
 
@@ -345,7 +342,8 @@ std::string Context::NameFor(Collective collective, const std::string& given,
     MutexLock lock(&tracking_->mu);
     n = tracking_->unnamed[{collective, process_set}]++;
   }
-  if (process_set == kGlobalProcessSet) return absl::StrCat(kPrefix[collective], n);
+  if (process_set == kGlobalProcessSet)
+    return absl::StrCat(kPrefix[collective], n);
   return absl::StrCat(kPrefix[collective], "set", process_set, ".", n);
 }
 
@@ -381,7 +379,8 @@ std::shared_ptr<PendingOp> Context::AllreduceOp(
 Handle Context::Allreduce(const at::Tensor& tensor,
                           const AllreduceOptions& options, bool in_place) {
   kolo::AllreduceRequest request;
-  std::shared_ptr<PendingOp> op = AllreduceOp(tensor, options, in_place, &request);
+  std::shared_ptr<PendingOp> op =
+      AllreduceOp(tensor, options, in_place, &request);
   PendingOp* pending = op.get();
   return Track(std::move(op), [&] {
     absl::StatusOr<kolo::Work> work = runtime_->Allreduce(request);
@@ -394,7 +393,8 @@ at::Tensor Context::AllreduceBlocking(const at::Tensor& tensor,
                                       const AllreduceOptions& options,
                                       bool in_place) {
   kolo::AllreduceRequest request;
-  std::shared_ptr<PendingOp> op = AllreduceOp(tensor, options, in_place, &request);
+  std::shared_ptr<PendingOp> op =
+      AllreduceOp(tensor, options, in_place, &request);
   // Not tracked: nothing of it is in flight once the call returns.
   const BlockingResult result =
       runtime_->AllreduceAndWait(request, absl::InfiniteDuration());
@@ -550,7 +550,8 @@ at::Tensor Context::broadcast_(const at::Tensor& tensor,
 
 std::string Context::broadcast_bytes(const std::string& bytes,
                                      const BroadcastOptions& options) {
-  const std::string name = NameFor(kBroadcast, options.name(), options.process_set());
+  const std::string name =
+      NameFor(kBroadcast, options.name(), options.process_set());
   at::Tensor length =
       at::full({1}, static_cast<int64_t>(bytes.size()), at::kLong);
   broadcast_(length, BroadcastOptions(options).name(name + ".length"));

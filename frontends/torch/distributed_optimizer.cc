@@ -78,7 +78,8 @@ DistributedOptimizer::DistributedOptimizer(
   }
   const bool positional = named_parameters.is_empty();
   std::vector<std::pair<std::string, at::Tensor>> params;
-  for (NamedParameter& p : OptimizerParameters(*optimizer_, names, positional)) {
+  for (NamedParameter& p :
+       OptimizerParameters(*optimizer_, names, positional)) {
     params.emplace_back(std::move(p.name), std::move(p.param));
   }
   reducer_ = std::make_unique<GradientReducer>(std::move(params), options_);

@@ -62,8 +62,9 @@ std::map<std::string, int64_t> ParseValues(const std::string& text) {
     int64_t value = 0;
     if (eq == absl::string_view::npos ||
         !absl::SimpleAtoi(line.substr(eq + 1), &value)) {
-      throw Error(absl::StatusCode::kInternal,
-                  absl::StrCat("elastic state: malformed value \"", line, "\""));
+      throw Error(
+          absl::StatusCode::kInternal,
+          absl::StrCat("elastic state: malformed value \"", line, "\""));
     }
     values[std::string(line.substr(0, eq))] = value;
   }
@@ -136,7 +137,9 @@ bool reset(const std::function<void(kolo::Options*)>& adjust) {
 }
 
 ElasticSampler::ElasticSampler(int64_t size, bool shuffle, uint64_t seed)
-    : size_(size), shuffle_(shuffle), seed_(seed),
+    : size_(size),
+      shuffle_(shuffle),
+      seed_(seed),
       processed_mask_(static_cast<size_t>(size), false) {
   reset();
 }
@@ -176,7 +179,8 @@ void ElasticSampler::reset() {
     // Fisher-Yates with our own draws: the same order on every rank and
     // every standard library.
     for (int64_t i = size_ - 1; i > 0; --i) {
-      const int64_t j = static_cast<int64_t>(random() % static_cast<uint64_t>(i + 1));
+      const int64_t j =
+          static_cast<int64_t>(random() % static_cast<uint64_t>(i + 1));
       std::swap(order[i], order[j]);
     }
   }
@@ -186,7 +190,8 @@ void ElasticSampler::reset() {
   }
   indices_.clear();
   if (left.empty()) return;
-  const int64_t per_rank = (static_cast<int64_t>(left.size()) + ranks - 1) / ranks;
+  const int64_t per_rank =
+      (static_cast<int64_t>(left.size()) + ranks - 1) / ranks;
   for (int64_t k = me; k < per_rank * ranks; k += ranks) {
     indices_.push_back(left[k % left.size()]);
   }
@@ -216,8 +221,7 @@ void ElasticSampler::load_state(const std::string& bytes) {
       absl::StrSplit(bytes, ' ', absl::SkipEmpty());
   int64_t epoch = 0;
   if (fields.empty() || !absl::SimpleAtoi(fields[0], &epoch)) {
-    throw Error(absl::StatusCode::kInternal,
-                "ElasticSampler: malformed state");
+    throw Error(absl::StatusCode::kInternal, "ElasticSampler: malformed state");
   }
   epoch_ = epoch;
   processed_.clear();
@@ -272,7 +276,8 @@ void State::sync() {
 
 void State::register_reset_callbacks(
     std::vector<std::function<void()>> callbacks) {
-  for (auto& callback : callbacks) reset_callbacks_.push_back(std::move(callback));
+  for (auto& callback : callbacks)
+    reset_callbacks_.push_back(std::move(callback));
 }
 
 void State::on_reset() {

@@ -121,9 +121,9 @@ struct GradientReducer::State {
       rank = context->rank();
     } catch (...) {
     }
-    const std::string line = absl::StrCat(
-        "[kolo rank ", rank, "] WARNING: ", error.what(),
-        " (raised by the next step() or synchronize())\n");
+    const std::string line =
+        absl::StrCat("[kolo rank ", rank, "] WARNING: ", error.what(),
+                     " (raised by the next step() or synchronize())\n");
     std::fputs(line.c_str(), stderr);
   }
 
@@ -206,16 +206,16 @@ struct GradientReducer::State {
   void SubmitSparseLocked(Slot& slot, Group& group) KOLO_REQUIRES(mu) {
     at::Tensor grad = slot.param.grad().coalesce();
     slot.sparse_shape = grad.sizes().vec();
-    group.handle = context->allgather_async(
-        grad.indices().t().contiguous(),
-        AllgatherOptions()
-            .name(slot.name + ".indices")
-            .process_set(options.process_set()));
+    group.handle =
+        context->allgather_async(grad.indices().t().contiguous(),
+                                 AllgatherOptions()
+                                     .name(slot.name + ".indices")
+                                     .process_set(options.process_set()));
     group.submitted = true;
     slot.values = context->allgather_async(
         grad.values().contiguous(), AllgatherOptions()
-                                         .name(slot.name + ".values")
-                                         .process_set(options.process_set()));
+                                        .name(slot.name + ".values")
+                                        .process_set(options.process_set()));
   }
 
   void FinishSparseLocked(Slot& slot, Group& group) KOLO_REQUIRES(mu) {
@@ -488,8 +488,7 @@ void GradientReducer::reset() {
   state_->ResetPassesLocked();
   state_->synchronized = false;
   state_->skip_next = false;
-  state_->context =
-      options_.context() ? options_.context() : default_context();
+  state_->context = options_.context() ? options_.context() : default_context();
 }
 
 }  // namespace torch

@@ -23,8 +23,9 @@ constexpr size_t kVectorCopyBytes = 2048;
 __attribute__((target("avx2"))) void CopyAvx2(uint8_t* to, const uint8_t* from,
                                               size_t bytes) {
   const size_t head = (64 - (reinterpret_cast<uintptr_t>(to) & 63)) & 63;
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(to),
-                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from)));
+  _mm256_storeu_si256(
+      reinterpret_cast<__m256i*>(to),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from)));
   _mm256_storeu_si256(
       reinterpret_cast<__m256i*>(to + 32),
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + 32)));
@@ -32,7 +33,8 @@ __attribute__((target("avx2"))) void CopyAvx2(uint8_t* to, const uint8_t* from,
   from += head;
   bytes -= head;
   while (bytes >= 128) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
+    const __m256i a =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from));
     const __m256i b =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + 32));
     const __m256i c =
@@ -89,9 +91,12 @@ void CopySse2(uint8_t* to, const uint8_t* from, size_t bytes) {
   bytes -= head;
   while (bytes >= 64) {
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 32));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 48));
+    const __m128i b =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 16));
+    const __m128i c =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 32));
+    const __m128i d =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + 48));
     _mm_store_si128(reinterpret_cast<__m128i*>(to), a);
     _mm_store_si128(reinterpret_cast<__m128i*>(to + 16), b);
     _mm_store_si128(reinterpret_cast<__m128i*>(to + 32), c);
@@ -154,7 +159,8 @@ bool MemcpyIsSlowHere() {
   constexpr size_t kProbeBytes = 256 << 10;
   constexpr int kRounds = 8;
   std::vector<uint8_t> from(kProbeBytes + 64, 1), to(kProbeBytes + 128, 2);
-  uint8_t* out = to.data() + (64 - (reinterpret_cast<uintptr_t>(to.data()) & 63)) + 16;
+  uint8_t* out =
+      to.data() + (64 - (reinterpret_cast<uintptr_t>(to.data()) & 63)) + 16;
   const uint8_t* in = from.data();
   const int64_t libc = FastestCopyNs(
       [&] {
@@ -199,7 +205,9 @@ std::vector<int> VectorCopyWidths() {
 void CopyWithVectors(void* to, const void* from, size_t bytes, int width) {
 #if defined(__x86_64__)
   if (bytes >= kVectorCopyBytes) {
-    const Isa isa = width == 64 ? Isa::kAvx512 : width == 32 ? Isa::kAvx2 : Isa::kSse2;
+    const Isa isa = width == 64   ? Isa::kAvx512
+                    : width == 32 ? Isa::kAvx2
+                                  : Isa::kSse2;
     VectorCopy(static_cast<uint8_t*>(to), static_cast<const uint8_t*>(from),
                bytes, isa);
     return;

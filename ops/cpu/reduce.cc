@@ -292,8 +292,7 @@ __attribute__((target("avx,f16c"))) void HalfSumF16c(uint16_t* out,
       for (size_t k = i; k < i + 8; ++k) out[k] = scalar(a[k], b[k]);
       continue;
     }
-    const __m256 sum =
-        _mm256_add_ps(_mm256_cvtph_ps(ha), _mm256_cvtph_ps(hb));
+    const __m256 sum = _mm256_add_ps(_mm256_cvtph_ps(ha), _mm256_cvtph_ps(hb));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
                      _mm256_cvtps_ph(sum, _MM_FROUND_TO_NEAREST_INT));
   }
@@ -330,8 +329,7 @@ constexpr size_t kManyBlock = 512;
 
 template <template <typename> class Op, float (*ToFloat)(uint16_t),
           uint16_t (*FromFloat)(float)>
-void Many16(uint16_t* out, const uint16_t* const* in, size_t n,
-            size_t count) {
+void Many16(uint16_t* out, const uint16_t* const* in, size_t n, size_t count) {
   const Op<float> op;
   float acc[kManyBlock];
   for (size_t base = 0; base < count; base += kManyBlock) {
@@ -364,8 +362,8 @@ __attribute__((target("avx,f16c"))) void HalfSumManyF16c(
       __m128i any = _mm_cmpgt_epi16(_mm_and_si128(h, magnitude), infinity);
       __m256 sum = _mm256_cvtph_ps(h);
       for (size_t r = 1; r < n; ++r) {
-        const __m128i x = _mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(in[r] + base + j));
+        const __m128i x =
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(in[r] + base + j));
         any = _mm_or_si128(
             any, _mm_cmpgt_epi16(_mm_and_si128(x, magnitude), infinity));
         sum = _mm256_add_ps(sum, _mm256_cvtph_ps(x));
@@ -384,8 +382,7 @@ __attribute__((target("avx,f16c"))) void HalfSumManyF16c(
         at = many.data();
       }
       for (size_t r = 0; r < n; ++r) at[r] = in[r] + base;
-      Many16<FloatSum, HalfToFloatImpl, FloatToHalfImpl>(out + base, at, n,
-                                                         m);
+      Many16<FloatSum, HalfToFloatImpl, FloatToHalfImpl>(out + base, at, n, m);
       continue;
     }
     for (size_t j = vec; j < m; ++j) {
@@ -394,9 +391,9 @@ __attribute__((target("avx,f16c"))) void HalfSumManyF16c(
       acc[j] = sum;
     }
     for (size_t j = 0; j < vec; j += 8) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + base + j),
-                       _mm256_cvtps_ph(_mm256_load_ps(acc + j),
-                                       _MM_FROUND_TO_NEAREST_INT));
+      _mm_storeu_si128(
+          reinterpret_cast<__m128i*>(out + base + j),
+          _mm256_cvtps_ph(_mm256_load_ps(acc + j), _MM_FROUND_TO_NEAREST_INT));
     }
     for (size_t j = vec; j < m; ++j) out[base + j] = FloatToHalfImpl(acc[j]);
   }
@@ -499,7 +496,8 @@ void ReduceMany(ReduceOp op, DataType dtype, void* out,
   if (count == 0) return;
   if (dtype == DataType::kFloat16 || dtype == DataType::kBfloat16) {
     uint16_t* o = static_cast<uint16_t*>(out);
-    const uint16_t* const* in = reinterpret_cast<const uint16_t* const*>(inputs);
+    const uint16_t* const* in =
+        reinterpret_cast<const uint16_t* const*>(inputs);
     if (dtype == DataType::kBfloat16) {
       return ReduceMany16<Bfloat16ToFloatImpl, FloatToBfloat16Impl>(op, o, in,
                                                                     n, count);
@@ -507,8 +505,7 @@ void ReduceMany(ReduceOp op, DataType dtype, void* out,
     if ((op == ReduceOp::kSum || op == ReduceOp::kAverage) && HasF16c()) {
       return HalfSumManyF16c(o, in, n, count);
     }
-    return ReduceMany16<HalfToFloatImpl, FloatToHalfImpl>(op, o, in, n,
-                                                          count);
+    return ReduceMany16<HalfToFloatImpl, FloatToHalfImpl>(op, o, in, n, count);
   }
   if (n == 1) {
     if (out != inputs[0]) {

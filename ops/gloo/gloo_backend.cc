@@ -33,7 +33,8 @@ void SetAllreduceBuffers(::gloo::AllreduceOptions& opts, void* data,
 
 class GlooBackend : public cpu::HostBackend {
  public:
-  explicit GlooBackend(const BackendContext& c) : rank_(c.rank), size_(c.size) {}
+  explicit GlooBackend(const BackendContext& c)
+      : rank_(c.rank), size_(c.size) {}
 
   absl::Status Connect(const BackendContext& c) {
     if (size_ == 1) return absl::OkStatus();
@@ -53,10 +54,18 @@ class GlooBackend : public cpu::HostBackend {
       ::gloo::AllreduceOptions opts(context_);
       opts.setTimeout(context_->getTimeout());
       switch (DataTypeSize(dtype)) {
-        case 1: SetAllreduceBuffers<uint8_t>(opts, data, count); break;
-        case 2: SetAllreduceBuffers<uint16_t>(opts, data, count); break;
-        case 4: SetAllreduceBuffers<uint32_t>(opts, data, count); break;
-        default: SetAllreduceBuffers<uint64_t>(opts, data, count); break;
+        case 1:
+          SetAllreduceBuffers<uint8_t>(opts, data, count);
+          break;
+        case 2:
+          SetAllreduceBuffers<uint16_t>(opts, data, count);
+          break;
+        case 4:
+          SetAllreduceBuffers<uint32_t>(opts, data, count);
+          break;
+        default:
+          SetAllreduceBuffers<uint64_t>(opts, data, count);
+          break;
       }
       opts.setReduceFunction(
           [dtype, op](void* out, const void* a, const void* b, size_t n) {
@@ -111,8 +120,8 @@ class GlooBackend : public cpu::HostBackend {
     return absl::OkStatus();
   }
 
-  absl::Status Alltoallv(const void* input, const std::vector<size_t>& send_bytes,
-                         void* output,
+  absl::Status Alltoallv(const void* input,
+                         const std::vector<size_t>& send_bytes, void* output,
                          const std::vector<size_t>& recv_bytes) override {
     if (size_ == 1) {
       if (send_bytes[0] && input != output) {
@@ -129,12 +138,13 @@ class GlooBackend : public cpu::HostBackend {
       opts.setTimeout(context_->getTimeout());
       // gloo wants non-null buffers even for zero bytes.
       uint8_t dummy_in = 0, dummy_out = 0;
-      uint8_t* in = sent ? static_cast<uint8_t*>(const_cast<void*>(input))
-                         : &dummy_in;
+      uint8_t* in =
+          sent ? static_cast<uint8_t*>(const_cast<void*>(input)) : &dummy_in;
       uint8_t* out = received ? static_cast<uint8_t*>(output) : &dummy_out;
-      opts.setInput(in, std::vector<int64_t>(send_bytes.begin(), send_bytes.end()));
-      opts.setOutput(out,
-                     std::vector<int64_t>(recv_bytes.begin(), recv_bytes.end()));
+      opts.setInput(in,
+                    std::vector<int64_t>(send_bytes.begin(), send_bytes.end()));
+      opts.setOutput(
+          out, std::vector<int64_t>(recv_bytes.begin(), recv_bytes.end()));
       ::gloo::alltoallv(opts);
     } catch (const std::exception& e) {
       return GlooError("alltoall", e);

@@ -26,7 +26,8 @@ class StoreAdapter : public ::gloo::rendezvous::Store {
   }
   std::vector<char> get(const std::string& key) override {
     auto value = store_->Get(key, timeout_);
-    if (!value.ok()) throw std::runtime_error(std::string(value.status().message()));
+    if (!value.ok())
+      throw std::runtime_error(std::string(value.status().message()));
     return std::vector<char>(value->begin(), value->end());
   }
   void wait(const std::vector<std::string>& keys) override {

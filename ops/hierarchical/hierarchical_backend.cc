@@ -111,7 +111,7 @@ class HierarchicalBackend : public cpu::HostBackend {
  private:
   absl::Status Within(const absl::Status& s) const {
     return absl::Status(s.code(), absl::StrCat("within host ", layout_.host,
-                                                " (shm): ", s.message()));
+                                               " (shm): ", s.message()));
   }
   absl::Status Between(const absl::Status& s) const {
     return absl::Status(
@@ -127,7 +127,8 @@ class HierarchicalBackend : public cpu::HostBackend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendContext& context) {
-  if (static_cast<int>(context.hosts.size()) != context.size || !context.store) {
+  if (static_cast<int>(context.hosts.size()) != context.size ||
+      !context.store) {
     return absl::InvalidArgumentError(
         "the shm+gloo backend needs every rank's host and a store");
   }
@@ -159,9 +160,9 @@ absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendContext& context) {
         context.store->Get(absl::StrCat("outcome/", r), context.start_timeout);
     if (!outcome.ok()) return outcome.status();
     if (*outcome != "ok") {
-      return absl::UnavailableError(absl::StrCat(
-          "shared memory failed on rank ", r, " (host ", layout.host_of[r],
-          "): ", *outcome));
+      return absl::UnavailableError(
+          absl::StrCat("shared memory failed on rank ", r, " (host ",
+                       layout.host_of[r], "): ", *outcome));
     }
   }
 

@@ -34,13 +34,13 @@ namespace hierarchical {
 // Where each set rank sits: its host's index (in order of first
 // appearance), its index within the host, and the host leaders.
 struct Layout {
-  int host = 0;         // my host's index
-  int local_rank = 0;   // my index among my host's ranks (by set rank)
+  int host = 0;        // my host's index
+  int local_rank = 0;  // my index among my host's ranks (by set rank)
   int local_size = 1;
   int num_hosts = 1;
-  std::vector<int> host_of;    // set rank -> host index
-  std::vector<int> local_of;   // set rank -> index within its host
-  std::vector<int> leaders;    // host index -> set rank of its leader
+  std::vector<int> host_of;   // set rank -> host index
+  std::vector<int> local_of;  // set rank -> index within its host
+  std::vector<int> leaders;   // host index -> set rank of its leader
 };
 // `hosts[r]` is set rank r's host id; `rank` is mine.
 Layout MakeLayout(const std::vector<std::string>& hosts, int rank);

@@ -7,8 +7,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "ops/nccl/cuda_util.h"
-#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace nccl {
@@ -43,9 +43,9 @@ absl::StatusOr<ncclUniqueId> ExchangeId(Store* store, const std::string& key,
   }
   const std::string bytes = absl::HexStringToBytes(*hex);
   if (bytes.size() != sizeof(id)) {
-    return absl::InternalError(absl::StrCat(
-        label, ": the NCCL unique id under \"", key, "\" has ", bytes.size(),
-        " bytes, not ", sizeof(id)));
+    return absl::InternalError(
+        absl::StrCat(label, ": the NCCL unique id under \"", key, "\" has ",
+                     bytes.size(), " bytes, not ", sizeof(id)));
   }
   std::memcpy(&id, bytes.data(), sizeof(id));
   return id;
@@ -65,7 +65,8 @@ void Backoff::Pause() {
 
 absl::Duration Backoff::next() const {
   if (polls_ < 64) return absl::ZeroDuration();
-  return std::min(absl::Microseconds(10) * (polls_ - 63), absl::Milliseconds(1));
+  return std::min(absl::Microseconds(10) * (polls_ - 63),
+                  absl::Milliseconds(1));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
@@ -100,8 +101,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> Communicator::Create(
     if (state != ncclInProgress) {
       absl::Status s = NcclStatus(state, "ncclCommInitRankConfig");
       if (comm != nullptr) ncclCommAbort(comm);
-      return absl::Status(s.code(), absl::StrCat(label, ": rank ", rank,
-                                                 " cannot join: ", s.message()));
+      return absl::Status(
+          s.code(),
+          absl::StrCat(label, ": rank ", rank, " cannot join: ", s.message()));
     }
     if (absl::Now() > deadline) {
       if (comm != nullptr) ncclCommAbort(comm);
@@ -125,8 +127,9 @@ Communicator::~Communicator() {
 }
 
 absl::Status Communicator::AbortedStatus() const {
-  return absl::Status(aborted_.code(),
-                      absl::StrCat(label_, " was aborted: ", aborted_.message()));
+  return absl::Status(
+      aborted_.code(),
+      absl::StrCat(label_, " was aborted: ", aborted_.message()));
 }
 
 absl::Status Communicator::Run(
@@ -145,9 +148,9 @@ absl::Status Communicator::Run(
     if (state == ncclSuccess) return absl::OkStatus();
     if (state != ncclInProgress) return NcclStatus(state, what);
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(what, " on the ", label_,
-                       " was not enqueued before the op timeout (KOLO_OP_TIMEOUT)"));
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, " on the ", label_,
+          " was not enqueued before the op timeout (KOLO_OP_TIMEOUT)"));
     }
     lock.Unlock();
     backoff.Pause();
@@ -166,22 +169,24 @@ absl::Status Communicator::RunReduction(
                [&](ncclComm_t comm) { return issue(comm, nccl_op); });
   }
   if (op != ReduceOp::kSum || !IsFloatingPoint(dtype)) {
-    return absl::InternalError(absl::StrCat(
-        what, ": a pre-multiplied ", ReduceOpName(op), " of ",
-        DataTypeName(dtype), " is not defined"));
+    return absl::InternalError(
+        absl::StrCat(what, ": a pre-multiplied ", ReduceOpName(op), " of ",
+                     DataTypeName(dtype), " is not defined"));
   }
   ncclRedOp_t scaled;
   Scalar scalar = ScalarOf(dtype, premul);
-  absl::Status s = Run("ncclRedOpCreatePreMulSum", deadline, [&](ncclComm_t comm) {
-    return ncclRedOpCreatePreMulSum(&scaled, scalar.bytes, ToNcclDataType(dtype),
-                                    ncclScalarHostImmediate, comm);
-  });
+  absl::Status s =
+      Run("ncclRedOpCreatePreMulSum", deadline, [&](ncclComm_t comm) {
+        return ncclRedOpCreatePreMulSum(&scaled, scalar.bytes,
+                                        ToNcclDataType(dtype),
+                                        ncclScalarHostImmediate, comm);
+      });
   if (!s.ok()) return s;
   s = Run(what, deadline, [&](ncclComm_t comm) { return issue(comm, scaled); });
   // Once the call that used it has been enqueued, the op may go.
-  absl::Status destroyed = Run("ncclRedOpDestroy", deadline, [&](ncclComm_t comm) {
-    return ncclRedOpDestroy(scaled, comm);
-  });
+  absl::Status destroyed =
+      Run("ncclRedOpDestroy", deadline,
+          [&](ncclComm_t comm) { return ncclRedOpDestroy(scaled, comm); });
   return s.ok() ? destroyed : s;
 }
 
@@ -193,8 +198,8 @@ absl::Status Communicator::AsyncError() {
   if (r != ncclSuccess) return NcclStatus(r, "ncclCommGetAsyncError");
   if (state == ncclSuccess || state == ncclInProgress) return absl::OkStatus();
   absl::Status s = NcclStatus(state, "NCCL");
-  return absl::Status(s.code(),
-                      absl::StrCat(label_, " reported an error: ", s.message()));
+  return absl::Status(
+      s.code(), absl::StrCat(label_, " reported an error: ", s.message()));
 }
 
 void Communicator::Abort(const absl::Status& reason) {

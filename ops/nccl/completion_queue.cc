@@ -128,15 +128,16 @@ void CompletionQueue::Loop() {
       absl::Status async = hooks_.check();
       if (!async.ok()) {
         failure = absl::Status(
-            async.code(), absl::StrCat("NCCL ", what, " failed: ", async.message(),
-                                       "; communicator aborted"));
+            async.code(),
+            absl::StrCat("NCCL ", what, " failed: ", async.message(),
+                         "; communicator aborted"));
       }
     }
     if (failure.ok() && absl::Now() > deadline) {
-      failure = absl::DeadlineExceededError(absl::StrCat(
-          "NCCL ", what, " did not complete within ",
-          absl::ToDoubleSeconds(timeout),
-          " s (KOLO_OP_TIMEOUT); communicator aborted"));
+      failure = absl::DeadlineExceededError(
+          absl::StrCat("NCCL ", what, " did not complete within ",
+                       absl::ToDoubleSeconds(timeout),
+                       " s (KOLO_OP_TIMEOUT); communicator aborted"));
     }
     if (!failure.ok()) {
       Fail(failure);

@@ -33,7 +33,8 @@ absl::Status NcclStatus(ncclResult_t result, const char* what) {
   if (result == ncclSuccess) return absl::OkStatus();
   std::string message = absl::StrCat(what, ": ", ncclGetErrorString(result));
   const char* last = ncclGetLastError(nullptr);
-  if (last != nullptr && last[0] != '\0') absl::StrAppend(&message, " (", last, ")");
+  if (last != nullptr && last[0] != '\0')
+    absl::StrAppend(&message, " (", last, ")");
   switch (result) {
     case ncclRemoteError:
     case ncclSystemError:
@@ -50,30 +51,45 @@ absl::Status NcclStatus(ncclResult_t result, const char* what) {
 
 ncclDataType_t ToNcclDataType(DataType dtype) {
   switch (dtype) {
-    case DataType::kUint8: return ncclUint8;
-    case DataType::kInt8: return ncclInt8;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBfloat16: return ncclBfloat16;
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kUint8:
+      return ncclUint8;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBfloat16:
+      return ncclBfloat16;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
     // Bytes moved, never reduced (the runtime rejects reducing bool).
-    case DataType::kBool: return ncclUint8;
+    case DataType::kBool:
+      return ncclUint8;
     // NCCL has no 16-bit integer: the runtime rejects int16 CUDA tensors at
     // submit (CheckTensor in runtime/api/runtime.cc).
-    case DataType::kInt16: return ncclUint8;
+    case DataType::kInt16:
+      return ncclUint8;
   }
   return ncclUint8;  // unreachable: the runtime checks dtypes at submit
 }
 
 ncclRedOp_t ToNcclRedOp(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAverage: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAverage:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   return ncclSum;  // unreachable: the runtime checks ops at submit
 }

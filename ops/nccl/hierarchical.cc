@@ -60,7 +60,8 @@ HostPlan MakeHostPlan(const std::vector<std::string>& hosts, int rank) {
   plan.host_index = index.at(hosts[rank]);
   for (int r = 0; r < static_cast<int>(hosts.size()); ++r) {
     if (hosts[r] == hosts[rank]) {
-      if (r == rank) plan.local_rank = static_cast<int>(plan.local_ranks.size());
+      if (r == rank)
+        plan.local_rank = static_cast<int>(plan.local_ranks.size());
       plan.local_ranks.push_back(r);
     }
   }
@@ -72,9 +73,10 @@ HostPlan MakeHostPlan(const std::vector<std::string>& hosts, int rank) {
   for (int n : ranks_on) {
     if (n != ranks_on[0]) {
       std::string counts;
-      for (int m : ranks_on) absl::StrAppend(&counts, counts.empty() ? "" : ", ", m);
-      plan.why_not = absl::StrCat("hosts run different numbers of ranks (", counts,
-                                  ")");
+      for (int m : ranks_on)
+        absl::StrAppend(&counts, counts.empty() ? "" : ", ", m);
+      plan.why_not =
+          absl::StrCat("hosts run different numbers of ranks (", counts, ")");
       return plan;
     }
   }
@@ -94,7 +96,8 @@ HierarchicalAllreduce::Create(const BackendContext& context,
       context.store.get(), absl::StrCat("nccl/host", plan.host_index),
       plan.local_rank, plan.local_size, context.start_timeout,
       absl::StrCat("NCCL communicator of the ", plan.local_size,
-                   " ranks on host ", plan.host_index, " (", context.hosts[context.rank], ")"));
+                   " ranks on host ", plan.host_index, " (",
+                   context.hosts[context.rank], ")"));
   if (!local.ok()) return local.status();
   h->local_ = std::move(*local);
 
@@ -223,8 +226,8 @@ absl::Status HierarchicalAllreduce::Run(void* data, size_t count,
     for (int k = 0; k < plan_.local_size; ++k) {
       if (shards[k].count == 0) continue;
       void* shard = base + shards[k].offset * elem;
-      ncclResult_t r = ncclBroadcast(shard, shard, shards[k].count, type, k,
-                                     comm, stream_);
+      ncclResult_t r =
+          ncclBroadcast(shard, shard, shards[k].count, type, k, comm, stream_);
       if (first == ncclSuccess) first = r;
     }
     ncclResult_t end = ncclGroupEnd();

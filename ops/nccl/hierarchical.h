@@ -29,7 +29,7 @@ struct HostPlan {
   std::string why_not;  // when !usable: for a log line
   int host_index = 0;   // hosts numbered in order of their lowest set rank
   int host_count = 0;
-  int local_rank = 0;   // my index among the ranks of my host
+  int local_rank = 0;  // my index among the ranks of my host
   int local_size = 0;
   std::vector<int> local_ranks;  // set ranks on my host, ascending
 };

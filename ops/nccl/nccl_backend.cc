@@ -53,8 +53,8 @@
 #include "ops/nccl/completion_queue.h"
 #include "ops/nccl/cuda_util.h"
 #include "ops/nccl/hierarchical.h"
-#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace nccl {
@@ -122,8 +122,8 @@ class NcclBackend : public Backend {
                          const std::vector<size_t>& send_bytes, void* output,
                          const std::vector<size_t>& recv_bytes) override;
   absl::Status Reducescatterv(const void* input, void* output,
-                              const std::vector<size_t>& counts,
-                              DataType dtype, ReduceOp op, double prescale,
+                              const std::vector<size_t>& counts, DataType dtype,
+                              ReduceOp op, double prescale,
                               double postscale) override;
   void Combine(void* out, const void* in, size_t count, DataType dtype,
                ReduceOp op) override;
@@ -177,9 +177,9 @@ class NcclBackend : public Backend {
 
 absl::Status NcclBackend::Named(const absl::Status& s) const {
   if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat("NCCL ", what_, " on ",
-                                             context_.device.ToString(), ": ",
-                                             s.message()));
+  return absl::Status(
+      s.code(), absl::StrCat("NCCL ", what_, " on ", context_.device.ToString(),
+                             ": ", s.message()));
 }
 
 absl::Status NcclBackend::Init() {
@@ -236,8 +236,8 @@ NcclBackend::~NcclBackend() {
   DeviceGuard guard(device_);
   // Stop polling, answer what is left (the executor's callbacks still use
   // Free, so this runs before anything below goes), then abort.
-  const absl::Status gone =
-      absl::AbortedError("the NCCL backend was shut down with this collective pending");
+  const absl::Status gone = absl::AbortedError(
+      "the NCCL backend was shut down with this collective pending");
   if (queue_) {
     queue_->FailAll(gone);
     queue_->Stop();
@@ -325,10 +325,9 @@ absl::StatusOr<void*> NcclBackend::Allocate(size_t bytes) {
   absl::Status s = CudaStatus(cudaMallocFromPoolAsync(&p, size, pool_, stream_),
                               "cudaMallocFromPoolAsync");
   if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("cannot allocate ", bytes,
-                                               " bytes on ",
-                                               context_.device.ToString(), ": ",
-                                               s.message()));
+    return absl::Status(
+        s.code(), absl::StrCat("cannot allocate ", bytes, " bytes on ",
+                               context_.device.ToString(), ": ", s.message()));
   }
   return p;
 }
@@ -344,9 +343,9 @@ void NcclBackend::Copy(void* dst, const void* src, size_t bytes) {
   if (bytes == 0 || dst == src) return;
   DeviceGuard guard(device_);
   RecordError(guard.status());
-  RecordError(Named(CudaStatus(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_),
-      "cudaMemcpyAsync")));
+  RecordError(Named(
+      CudaStatus(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_),
+                 "cudaMemcpyAsync")));
 }
 
 absl::Status NcclBackend::WaitReady(
@@ -363,17 +362,18 @@ absl::Status NcclBackend::WaitReady(
     Backoff backoff;
     while (!event->Ready()) {
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "a CUDA tensor was not ready (its ReadyEvent) within ",
-            absl::ToDoubleSeconds(context_.op_timeout),
-            " s (KOLO_OP_TIMEOUT)"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("a CUDA tensor was not ready (its ReadyEvent) within ",
+                         absl::ToDoubleSeconds(context_.op_timeout),
+                         " s (KOLO_OP_TIMEOUT)"));
       }
       backoff.Pause();
     }
   }
   if (after_legacy_stream) {
-    absl::Status s = CudaStatus(cudaEventRecord(legacy_ready_, cudaStreamLegacy),
-                                "cudaEventRecord (default stream)");
+    absl::Status s =
+        CudaStatus(cudaEventRecord(legacy_ready_, cudaStreamLegacy),
+                   "cudaEventRecord (default stream)");
     if (s.ok()) {
       s = CudaStatus(cudaStreamWaitEvent(stream_, legacy_ready_, 0),
                      "cudaStreamWaitEvent");
@@ -393,8 +393,9 @@ void NcclBackend::Finish(std::function<void(absl::Status)> done) {
   }
   cudaEvent_t event = nullptr;
   if (failed.ok()) {
-    failed = CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                        "cudaEventCreateWithFlags");
+    failed =
+        CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
+                   "cudaEventCreateWithFlags");
   }
   if (failed.ok()) {
     failed = CudaStatus(cudaEventRecord(event, stream_), "cudaEventRecord");
@@ -421,8 +422,9 @@ absl::Status NcclBackend::DeviceScale(void* data, size_t count, DataType dtype,
       self = self_.get();
     }
     if (self == nullptr) {
-      auto comm = Communicator::Create(nullptr, "", 0, 1, context_.start_timeout,
-                                       "NCCL one-rank communicator (scaling)");
+      auto comm =
+          Communicator::Create(nullptr, "", 0, 1, context_.start_timeout,
+                               "NCCL one-rank communicator (scaling)");
       if (!comm.ok()) return comm.status();
       MutexLock lock(&comms_mu_);
       if (!broken_.ok()) return broken_;
@@ -473,13 +475,15 @@ absl::Status NcclBackend::Broadcast(void* data, size_t bytes, int root) {
   if (!s.ok() || bytes == 0) return Named(s);
   auto flat = Flat();
   if (!flat.ok()) return Named(flat.status());
-  return Named((*flat)->Run("ncclBroadcast", OpDeadline(), [&](ncclComm_t comm) {
-    return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, stream_);
-  }));
+  return Named(
+      (*flat)->Run("ncclBroadcast", OpDeadline(), [&](ncclComm_t comm) {
+        return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, stream_);
+      }));
 }
 
-absl::Status NcclBackend::Allgatherv(const void* input, void* output,
-                                     const std::vector<size_t>& bytes_per_rank) {
+absl::Status NcclBackend::Allgatherv(
+    const void* input, void* output,
+    const std::vector<size_t>& bytes_per_rank) {
   DeviceGuard guard(device_);
   absl::Status s = guard.status().ok() ? Begin("allgather") : guard.status();
   if (!s.ok()) return Named(s);
@@ -494,29 +498,30 @@ absl::Status NcclBackend::Allgatherv(const void* input, void* output,
   if (!flat.ok()) return Named(flat.status());
   uint8_t* out = static_cast<uint8_t*>(output);
   if (even) {
-    return Named((*flat)->Run("ncclAllGather", OpDeadline(), [&](ncclComm_t comm) {
-      return ncclAllGather(input, output, bytes_per_rank[0], ncclUint8, comm,
-                           stream_);
-    }));
+    return Named(
+        (*flat)->Run("ncclAllGather", OpDeadline(), [&](ncclComm_t comm) {
+          return ncclAllGather(input, output, bytes_per_rank[0], ncclUint8,
+                               comm, stream_);
+        }));
   }
   // Uneven: one broadcast per rank, from its input into its block.
-  return Named((*flat)->Run("ncclBroadcast (allgather)", OpDeadline(),
-                            [&](ncclComm_t comm) {
-    return Group([&] {
-      size_t offset = 0;
-      for (int k = 0; k < context_.size; ++k) {
-        const size_t bytes = bytes_per_rank[k];
-        if (bytes > 0) {
-          const void* send = k == context_.rank ? input : out + offset;
-          ncclResult_t r = ncclBroadcast(send, out + offset, bytes, ncclUint8,
-                                         k, comm, stream_);
-          if (r != ncclSuccess) return r;
-        }
-        offset += bytes;
-      }
-      return ncclSuccess;
-    });
-  }));
+  return Named((*flat)->Run(
+      "ncclBroadcast (allgather)", OpDeadline(), [&](ncclComm_t comm) {
+        return Group([&] {
+          size_t offset = 0;
+          for (int k = 0; k < context_.size; ++k) {
+            const size_t bytes = bytes_per_rank[k];
+            if (bytes > 0) {
+              const void* send = k == context_.rank ? input : out + offset;
+              ncclResult_t r = ncclBroadcast(send, out + offset, bytes,
+                                             ncclUint8, k, comm, stream_);
+              if (r != ncclSuccess) return r;
+            }
+            offset += bytes;
+          }
+          return ncclSuccess;
+        });
+      }));
 }
 
 absl::Status NcclBackend::Alltoallv(const void* input,
@@ -547,25 +552,25 @@ absl::Status NcclBackend::Alltoallv(const void* input,
   if (remote == 0) return absl::OkStatus();
   auto flat = Flat();
   if (!flat.ok()) return Named(flat.status());
-  return Named((*flat)->Run("ncclSend/ncclRecv", OpDeadline(),
-                            [&](ncclComm_t comm) {
-    return Group([&] {
-      for (int k = 0; k < context_.size; ++k) {
-        if (k == me) continue;
-        if (send_bytes[k] > 0) {
-          ncclResult_t r = ncclSend(in + send_offset[k], send_bytes[k],
-                                    ncclUint8, k, comm, stream_);
-          if (r != ncclSuccess) return r;
-        }
-        if (recv_bytes[k] > 0) {
-          ncclResult_t r = ncclRecv(out + recv_offset[k], recv_bytes[k],
-                                    ncclUint8, k, comm, stream_);
-          if (r != ncclSuccess) return r;
-        }
-      }
-      return ncclSuccess;
-    });
-  }));
+  return Named(
+      (*flat)->Run("ncclSend/ncclRecv", OpDeadline(), [&](ncclComm_t comm) {
+        return Group([&] {
+          for (int k = 0; k < context_.size; ++k) {
+            if (k == me) continue;
+            if (send_bytes[k] > 0) {
+              ncclResult_t r = ncclSend(in + send_offset[k], send_bytes[k],
+                                        ncclUint8, k, comm, stream_);
+              if (r != ncclSuccess) return r;
+            }
+            if (recv_bytes[k] > 0) {
+              ncclResult_t r = ncclRecv(out + recv_offset[k], recv_bytes[k],
+                                        ncclUint8, k, comm, stream_);
+              if (r != ncclSuccess) return r;
+            }
+          }
+          return ncclSuccess;
+        });
+      }));
 }
 
 absl::Status NcclBackend::Reducescatterv(const void* input, void* output,
@@ -573,7 +578,8 @@ absl::Status NcclBackend::Reducescatterv(const void* input, void* output,
                                          DataType dtype, ReduceOp op,
                                          double prescale, double postscale) {
   DeviceGuard guard(device_);
-  absl::Status s = guard.status().ok() ? Begin("reducescatter") : guard.status();
+  absl::Status s =
+      guard.status().ok() ? Begin("reducescatter") : guard.status();
   if (!s.ok()) return Named(s);
   size_t total = 0;
   bool even = true;
@@ -603,8 +609,8 @@ absl::Status NcclBackend::Reducescatterv(const void* input, void* output,
           for (int k = 0; k < context_.size; ++k) {
             if (counts[k] > 0) {
               const void* send = in + offset * elem;
-              void* recv = k == context_.rank ? output
-                                              : const_cast<void*>(send);
+              void* recv =
+                  k == context_.rank ? output : const_cast<void*>(send);
               ncclResult_t r = ncclReduce(send, recv, counts[k], type, nccl_op,
                                           k, comm, stream_);
               if (r != ncclSuccess) return r;
@@ -631,7 +637,8 @@ void NcclBackend::Scale(void* data, size_t count, DataType dtype,
                         double factor) {
   DeviceGuard guard(device_);
   RecordError(guard.status());
-  if (guard.status().ok()) RecordError(Named(DeviceScale(data, count, dtype, factor)));
+  if (guard.status().ok())
+    RecordError(Named(DeviceScale(data, count, dtype, factor)));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> Create(const BackendContext& context) {

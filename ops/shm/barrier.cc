@@ -5,10 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/util/format.h"
 #include "runtime/os/futex.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/sync/wakeup.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 namespace shm {

@@ -373,7 +373,7 @@ absl::Status ShmBackend::AllreducePipelined(uint8_t* data, size_t count,
     if (skip_lo) CopyBytes(to, from, skip_lo * elem);
     if (skip_hi < n) {
       CopyBytes(to + skip_hi * elem, from + skip_hi * elem,
-                  (n - skip_hi) * elem);
+                (n - skip_hi) * elem);
     }
   };
   int previous_q = 0;
@@ -387,8 +387,8 @@ absl::Status ShmBackend::AllreducePipelined(uint8_t* data, size_t count,
     KOLO_RETURN_IF_ERROR(Arrive(deadline, "allreduce"));
     if (hi > lo) {
       for (int r = 0; r < size_; ++r) inputs[r] = r == rank_ ? chunk : In(q, r);
-      ReduceAndCopy(op, dtype, Result(q) + lo * elem, chunk + lo * elem,
-                    inputs, lo * elem, (hi - lo) * elem, elem);
+      ReduceAndCopy(op, dtype, Result(q) + lo * elem, chunk + lo * elem, inputs,
+                    lo * elem, (hi - lo) * elem, elem);
     }
     if (i > 0) {
       const size_t prev_first = (i - 1) * chunk_elems;
@@ -440,14 +440,14 @@ class PieceView {
     ForEach(from, n,
             [&](const FusedPiece& p, size_t off, size_t bytes, size_t done) {
               CopyBytes(to + done, static_cast<const uint8_t*>(p.input) + off,
-                          bytes);
+                        bytes);
             });
   }
   void Scatter(size_t from, size_t n, const uint8_t* src) const {
     ForEach(from, n,
             [&](const FusedPiece& p, size_t off, size_t bytes, size_t done) {
               CopyBytes(static_cast<uint8_t*>(p.output) + off, src + done,
-                          bytes);
+                        bytes);
             });
   }
 
@@ -574,7 +574,7 @@ absl::Status ShmBackend::Allgatherv(const void* input, void* output,
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || at >= bytes_per_rank[r]) continue;
       CopyBytes(out + offset[r] + at, In(q, r),
-                  std::min(chunk_, bytes_per_rank[r] - at));
+                std::min(chunk_, bytes_per_rank[r] - at));
     }
   }
   return absl::OkStatus();
@@ -615,7 +615,7 @@ absl::Status ShmBackend::Alltoallv(const void* input,
     for (int k = 0; k < size_; ++k) {
       if (k == rank_ || at >= send_bytes[k]) continue;
       CopyBytes(In(q, rank_) + k * slot, in + send_offset[k] + at,
-                  std::min(slot, send_bytes[k] - at));
+                std::min(slot, send_bytes[k] - at));
     }
     KOLO_RETURN_IF_ERROR(Arrive(deadline, "alltoall"));
     if (stage == 0) {
@@ -627,7 +627,7 @@ absl::Status ShmBackend::Alltoallv(const void* input,
     for (int r = 0; r < size_; ++r) {
       if (r == rank_ || at >= recv_bytes[r]) continue;
       CopyBytes(out + recv_offset[r] + at, In(q, r) + rank_ * slot,
-                  std::min(slot, recv_bytes[r] - at));
+                std::min(slot, recv_bytes[r] - at));
     }
   }
   return absl::OkStatus();

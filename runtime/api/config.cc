@@ -1,13 +1,12 @@
 #include "runtime/api/config.h"
-#include "runtime/net/hosts.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "kolo/store.h"
+#include "runtime/net/hosts.h"
 #include "runtime/os/errno_text.h"
 #include "runtime/util/status_macros.h"
 
@@ -38,9 +38,8 @@ namespace {
 
 absl::Status Bad(const std::string& var, const std::string& value,
                  const std::string& expected) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("invalid value for ", var, "=\"", value, "\": expected ",
-                   expected));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid value for ", var, "=\"", value, "\": expected ", expected));
 }
 
 const std::string* Find(const EnvironmentMap& env, const std::string& var) {
@@ -85,8 +84,8 @@ absl::Status ReadDuration(const EnvironmentMap& env, const std::string& var,
   // At most 1e9 units (31 years of seconds): larger values overflow the
   // deadlines computed from them.
   constexpr double kMaxUnits = 1e9;
-  if (!absl::SimpleAtod(*v, &parsed) || !std::isfinite(parsed) ||
-      parsed < 0 || (!allow_zero && parsed == 0)) {
+  if (!absl::SimpleAtod(*v, &parsed) || !std::isfinite(parsed) || parsed < 0 ||
+      (!allow_zero && parsed == 0)) {
     return Bad(var, *v,
                absl::StrCat(allow_zero ? "a non-negative" : "a positive",
                             " number of ", what));
@@ -607,29 +606,30 @@ absl::StatusOr<Options> ParseOptions(const EnvironmentMap& env,
                                     &o.stall_check_time));
   if (!Find(env, "KOLO_STALL_CHECK_TIME")) {
     bool disabled = false;
-    KOLO_RETURN_IF_ERROR(ReadBool(env, "HOROVOD_STALL_CHECK_DISABLE", &disabled));
+    KOLO_RETURN_IF_ERROR(
+        ReadBool(env, "HOROVOD_STALL_CHECK_DISABLE", &disabled));
     if (disabled) o.stall_check_time = absl::ZeroDuration();
   }
-  KOLO_RETURN_IF_ERROR(
-      ReadDuration(env, Alias(env, "KOLO_STALL_SHUTDOWN_TIME"),
-                   absl::Seconds(1), /*allow_zero=*/true,
-                   &o.stall_shutdown_time));
+  KOLO_RETURN_IF_ERROR(ReadDuration(env, Alias(env, "KOLO_STALL_SHUTDOWN_TIME"),
+                                    absl::Seconds(1), /*allow_zero=*/true,
+                                    &o.stall_shutdown_time));
   if (const std::string* v = Find(env, Alias(env, "KOLO_TIMELINE"))) {
     o.timeline_path = *v;
   }
   KOLO_RETURN_IF_ERROR(ReadBool(env, Alias(env, "KOLO_TIMELINE_MARK_CYCLES"),
                                 &o.timeline_mark_cycles));
   KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_PHASE_TIMES", &o.phase_times));
-  KOLO_RETURN_IF_ERROR(ReadLogLevel(env, Alias(env, "KOLO_LOG_LEVEL"),
-                                    &o.log_level));
+  KOLO_RETURN_IF_ERROR(
+      ReadLogLevel(env, Alias(env, "KOLO_LOG_LEVEL"), &o.log_level));
   KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_SHM", &o.shm));
-  KOLO_RETURN_IF_ERROR(ReadBool(env, "KOLO_HIT_BOARD", &o.negotiate_within_hosts));
+  KOLO_RETURN_IF_ERROR(
+      ReadBool(env, "KOLO_HIT_BOARD", &o.negotiate_within_hosts));
   KOLO_RETURN_IF_ERROR(ReadBool(env, Alias(env, "KOLO_HIERARCHICAL_ALLREDUCE"),
                                 &o.hierarchical_allreduce));
   KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_ELASTIC_GENERATION", 0,
                                int64_t{1} << 40, &o.generation));
-  KOLO_RETURN_IF_ERROR(ReadInt(env, "KOLO_ELASTIC_ID", 0, int64_t{1} << 40,
-                               &o.elastic_id));
+  KOLO_RETURN_IF_ERROR(
+      ReadInt(env, "KOLO_ELASTIC_ID", 0, int64_t{1} << 40, &o.elastic_id));
   KOLO_RETURN_IF_ERROR(ReadDuration(env, "KOLO_ELASTIC_TIMEOUT",
                                     absl::Seconds(1), /*allow_zero=*/false,
                                     &o.elastic_timeout));

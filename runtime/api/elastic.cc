@@ -9,8 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "kolo/work.h"
-#include "runtime/util/format.h"
 #include "runtime/rendezvous/tcp_store.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 namespace elastic {
@@ -43,17 +43,19 @@ absl::StatusOr<Assignment> ParseMembers(const std::string& value,
   Assignment mine;
   mine.generation = generation;
   if (value == "done") return mine;
-  for (absl::string_view entry : absl::StrSplit(value, ';', absl::SkipEmpty())) {
+  for (absl::string_view entry :
+       absl::StrSplit(value, ';', absl::SkipEmpty())) {
     std::vector<absl::string_view> fields = absl::StrSplit(entry, ' ');
     int64_t fields_id = -1;
     int v[6];
     bool ok = fields.size() == 7 && absl::SimpleAtoi(fields[0], &fields_id);
-    for (int i = 0; ok && i < 6; ++i) ok = absl::SimpleAtoi(fields[i + 1], &v[i]);
+    for (int i = 0; ok && i < 6; ++i)
+      ok = absl::SimpleAtoi(fields[i + 1], &v[i]);
     if (!ok || v[0] < 0 || v[0] >= v[1] || v[2] < 0 || v[2] >= v[3] ||
         v[4] < 0 || v[4] >= v[5]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "generation ", generation, ": malformed member entry \"", entry,
-          "\" in the launcher's assignment"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("generation ", generation, ": malformed member entry \"",
+                       entry, "\" in the launcher's assignment"));
     }
     if (fields_id != id) continue;
     mine.member = true;
@@ -104,9 +106,9 @@ absl::StatusOr<Assignment> Membership::Next(const absl::Status& why) {
   const int64_t current = options_.generation;
   const std::string reason =
       why.ok() ? std::string("re-forming") : std::string(why.message());
-  absl::Status left = store_->Set(
-      Key(current, absl::StrCat("left/", options_.elastic_id)),
-      absl::StrCat(LostRank(why), " ", reason));
+  absl::Status left =
+      store_->Set(Key(current, absl::StrCat("left/", options_.elastic_id)),
+                  absl::StrCat(LostRank(why), " ", reason));
   if (!left.ok()) return left;
   // kolorun publishes generations one after the other; one that was
   // superseded before this worker saw it is skipped.
@@ -119,8 +121,8 @@ absl::StatusOr<Assignment> Membership::Next(const absl::Status& why) {
         absl::StrCat("elastic worker ", options_.elastic_id, " (rank ",
                      options_.rank, " of generation ", current,
                      "): no generation ", next, " from kolorun within ",
-                     FormatSeconds(options_.elastic_timeout), " s: ",
-                     members.status().message()));
+                     FormatSeconds(options_.elastic_timeout),
+                     " s: ", members.status().message()));
   }
   // kolorun sets the newest generation's number right after its members.
   absl::StatusOr<bool> numbered = store_->Check("elastic/generation");

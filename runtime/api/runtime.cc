@@ -5,13 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/loop/backend.h"
 #include "runtime/api/config.h"
 #include "runtime/api/exit_guard.h"
-#include "runtime/loop/runtime_impl.h"
-#include "runtime/util/status_macros.h"
-#include "runtime/sync/mutex.h"
 #include "runtime/api/work_state.h"
+#include "runtime/loop/backend.h"
+#include "runtime/loop/runtime_impl.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace {
@@ -34,8 +34,9 @@ absl::Status CheckTensor(const char* op, const std::string& name,
   }
   for (int64_t d : t.shape) {
     if (d < 0) {
-      return Invalid(op, name, absl::StrCat(role, " has a negative dimension: ",
-                                            ShapeToString(t.shape)));
+      return Invalid(op, name,
+                     absl::StrCat(role, " has a negative dimension: ",
+                                  ShapeToString(t.shape)));
     }
   }
   if (t.data == nullptr && t.NumElements() > 0) {
@@ -48,22 +49,23 @@ absl::Status CheckTensor(const char* op, const std::string& name,
   }
   if (t.device.type == DeviceType::kCuda && t.dtype == DataType::kInt16) {
     // NCCL, the only CUDA backend, has no 16-bit integer type.
-    return Invalid(op, name,
-                   absl::StrCat(role, " is an int16 tensor on ",
-                                t.device.ToString(),
-                                ": NCCL has no 16-bit integer type; use int32 "
-                                "(or int16 on the CPU)"));
+    return Invalid(
+        op, name,
+        absl::StrCat(role, " is an int16 tensor on ", t.device.ToString(),
+                     ": NCCL has no 16-bit integer type; use int32 "
+                     "(or int16 on the CPU)"));
   }
   if (t.device.index < 0) {
-    return Invalid(op, name, absl::StrCat(role, " has a negative device index ",
-                                          t.device.index));
+    return Invalid(
+        op, name,
+        absl::StrCat(role, " has a negative device index ", t.device.index));
   }
   absl::Status usable = BackendRegistry::Get().CheckDevice(t.device);
   if (!usable.ok()) {
-    return absl::Status(usable.code(),
-                        absl::StrCat(op, " \"", name, "\": ",
-                                     role, " is on ", t.device.ToString(), ": ",
-                                     usable.message()));
+    return absl::Status(
+        usable.code(),
+        absl::StrCat(op, " \"", name, "\": ", role, " is on ",
+                     t.device.ToString(), ": ", usable.message()));
   }
   return absl::OkStatus();
 }
@@ -112,17 +114,18 @@ absl::Status CheckAllreduceTensors(const AllreduceRequest& req) {
     KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
   }
   if (!same) {
-    return Invalid(op, req.name,
-                   absl::StrCat("output (", DataTypeName(req.output.dtype),
-                                ShapeToString(req.output.shape),
-                                ") must match input (",
-                                DataTypeName(req.input.dtype),
-                                ShapeToString(req.input.shape), ")"));
+    return Invalid(
+        op, req.name,
+        absl::StrCat("output (", DataTypeName(req.output.dtype),
+                     ShapeToString(req.output.shape), ") must match input (",
+                     DataTypeName(req.input.dtype),
+                     ShapeToString(req.input.shape), ")"));
   }
   return CheckReduction(op, req.name, req.op);
 }
 
-absl::Status CheckAllreduce(const RuntimeImpl& impl, const AllreduceRequest& req) {
+absl::Status CheckAllreduce(const RuntimeImpl& impl,
+                            const AllreduceRequest& req) {
   KOLO_RETURN_IF_ERROR(CheckAllreduceTensors(req));
   return impl.CheckMember(req.process_set, "allreduce", req.name);
 }
@@ -149,7 +152,8 @@ Runtime::~Runtime() {
   impl_->Abort();
 }
 
-absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(const Options& options) {
+absl::StatusOr<std::unique_ptr<Runtime>> Runtime::Create(
+    const Options& options) {
   absl::Status s = ValidateOptions(options);
   if (!s.ok()) return s;
   auto impl = std::make_shared<RuntimeImpl>(options);
@@ -280,7 +284,8 @@ absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
   if (req.input.shape.empty()) {
     return Invalid(op, req.name, "input must have at least one dimension");
   }
-  if (!req.allocator) return Invalid(op, req.name, "an output allocator is required");
+  if (!req.allocator)
+    return Invalid(op, req.name, "an output allocator is required");
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const int n = (*set)->size();
@@ -301,11 +306,11 @@ absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
     sum += v;
   }
   if (static_cast<int>(splits.size()) != n || sum != rows) {
-    return Invalid(op, req.name,
-                   absl::StrCat("splits [", absl::StrJoin(splits, ", "),
-                                "] must have one entry per rank (", n,
-                                ") and add up to the first dimension (", rows,
-                                ")"));
+    return Invalid(
+        op, req.name,
+        absl::StrCat("splits [", absl::StrJoin(splits, ", "),
+                     "] must have one entry per rank (", n,
+                     ") and add up to the first dimension (", rows, ")"));
   }
   TensorEntry entry;
   entry.request = BaseRequest(wire::ALLTOALL, req.name, req.input);
@@ -327,12 +332,12 @@ absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
       ReducescatterShape(req.input.shape, (*set)->size(), (*set)->rank);
   if (req.output.dtype != req.input.dtype || req.output.shape != want ||
       req.input.shape.empty()) {
-    return Invalid(op, req.name,
-                   absl::StrCat("output must be ", DataTypeName(req.input.dtype),
-                                ShapeToString(want), " on rank ", (*set)->rank,
-                                " of ", (*set)->size(), ", got ",
-                                DataTypeName(req.output.dtype),
-                                ShapeToString(req.output.shape)));
+    return Invalid(
+        op, req.name,
+        absl::StrCat("output must be ", DataTypeName(req.input.dtype),
+                     ShapeToString(want), " on rank ", (*set)->rank, " of ",
+                     (*set)->size(), ", got ", DataTypeName(req.output.dtype),
+                     ShapeToString(req.output.shape)));
   }
   TensorEntry entry;
   entry.request = BaseRequest(wire::REDUCESCATTER, req.name, req.input);
@@ -358,9 +363,10 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
   std::vector<std::unique_ptr<TensorEntry>> entries;
   for (const AllreduceRequest& req : requests) {
     if (req.process_set != requests[0].process_set) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "grouped allreduce \"", key, "\": every member must name the same "
-          "process set"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("grouped allreduce \"", key,
+                       "\": every member must name the same "
+                       "process set"));
     }
     // Validates like a lone allreduce, without submitting.
     KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));
@@ -417,12 +423,12 @@ absl::Status Runtime::RemoveProcessSet(int process_set) {
   return impl_->RemoveProcessSet(process_set);
 }
 
-absl::StatusOr<std::vector<int>> Runtime::ProcessSetRanks(int process_set) const {
+absl::StatusOr<std::vector<int>> Runtime::ProcessSetRanks(
+    int process_set) const {
   return impl_->SetRanks(process_set);
 }
 
-absl::Status Runtime::StartTimeline(const std::string& path,
-                                    bool mark_cycles) {
+absl::Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {
   return impl_->StartTimeline(path, mark_cycles);
 }
 

@@ -4,8 +4,8 @@
 
 #include "absl/strings/cord.h"
 #include "absl/time/clock.h"
-#include "runtime/util/format.h"
 #include "runtime/sync/wakeup.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 namespace internal {
@@ -49,8 +49,8 @@ void WorkState::Renew() {
 // its runtime's counter, and a copy per submission would write the
 // counter's reference count, on the line the background thread polls
 // (the count of waiters) while it spins.
-void WorkState::SetWaitPolicy(absl::Duration spin,
-                              const std::shared_ptr<std::atomic<int>>& waiters) {
+void WorkState::SetWaitPolicy(
+    absl::Duration spin, const std::shared_ptr<std::atomic<int>>& waiters) {
   spin_ = spin;
   if (waiters_ != waiters) waiters_ = waiters;
 }

@@ -1,5 +1,4 @@
 #include "runtime/control/control_plane.h"
-#include "runtime/control/control_internal.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -19,11 +18,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "kolo/work.h"
-#include "runtime/util/format.h"
+#include "runtime/control/control_internal.h"
 #include "runtime/os/errno_text.h"
 #include "runtime/os/poll_timeout.h"
-#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/format.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace {
@@ -41,7 +41,6 @@ constexpr absl::Duration kHandshakeTimeout = absl::Seconds(3);
 constexpr absl::Duration kAcceptPause = absl::Milliseconds(100);
 // Accepts per turn of the listen loop (see the store's kAcceptsPerTurn).
 constexpr int kAcceptsPerTurn = 16;
-
 
 // std::thread's constructor throws when the system has no thread to give
 // (EAGAIN under a pids limit or RLIMIT_NPROC): an error, never an abort.
@@ -294,10 +293,11 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
     auto frame = channel->Receive(absl::Now() + liveness_.heartbeat_timeout);
     if (!frame.ok()) {
       if (absl::IsDeadlineExceeded(frame.status())) {
-        PeerLost(peer, absl::StrCat(
-                           "no heartbeat for ",
-                           FormatSeconds(liveness_.heartbeat_timeout),
-                           "; the process may be stopped, hung or unreachable"));
+        PeerLost(
+            peer,
+            absl::StrCat("no heartbeat for ",
+                         FormatSeconds(liveness_.heartbeat_timeout),
+                         "; the process may be stopped, hung or unreachable"));
       } else {
         PeerLost(peer, std::string(frame.status().message()));
       }
@@ -320,7 +320,9 @@ void ControlPlane::ReadLoop(int peer, net::SecureChannel* channel) {
       const auto& lost = message.rank_lost();
       shutting_down_ = true;  // The job is over; the coordinator will close.
       if (!lost_reported_.exchange(true)) {
-        callbacks_.on_fatal(RankLostError(lost.rank(), absl::StrCat("rank ", lost.rank(), " lost: ", lost.reason(),
+        callbacks_.on_fatal(RankLostError(
+            lost.rank(),
+            absl::StrCat("rank ", lost.rank(), " lost: ", lost.reason(),
                          " (reported by the coordinator)")));
       }
       continue;
@@ -389,7 +391,8 @@ void ControlPlane::PeerLost(int peer, const std::string& reason) {
         RankLostError(peer, absl::StrCat("rank ", peer, " lost: ", reason)));
   } else {
     if (lost_reported_.exchange(true)) return;
-    callbacks_.on_fatal(RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", reason)));
+    callbacks_.on_fatal(
+        RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", reason)));
   }
 }
 
@@ -432,8 +435,7 @@ std::vector<ControlEvent> ControlPlane::TakeEvents() {
   return out;
 }
 
-absl::Status ControlPlane::EnableSharedMemory(Store& store,
-                                              absl::Time deadline,
+absl::Status ControlPlane::EnableSharedMemory(Store& store, absl::Time deadline,
                                               bool hit_board,
                                               int64_t fusion_threshold_bytes) {
   if (size_ < 2) return absl::OkStatus();
@@ -550,7 +552,8 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
     if (m.request_list().shutdown()) shm->SetLeaving(rank_);
     absl::Status s = WriteShm(*shm, shm->up(rank_), 0, Serialize(m));
     if (!s.ok()) {
-      return RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
+      return RankLostError(
+          0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
     }
     return s;
   }
@@ -583,7 +586,8 @@ absl::Status ControlPlane::SendToCoordinator(const wire::ControlMessage& m) {
   if (!channel) return RankLostError(0, "lost coordinator (rank 0)");
   absl::Status s = channel->Send(Serialize(m));
   if (!s.ok()) {
-    return RankLostError(0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
+    return RankLostError(
+        0, absl::StrCat("lost coordinator (rank 0): ", s.message()));
   }
   return s;
 }
@@ -612,7 +616,8 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
       if (r <= 0 || r >= size_) continue;
       absl::Status s = WriteShm(*shm, shm->down(r), r, bytes);
       if (!s.ok() && first.ok()) {
-        first = RankLostError(r, absl::StrCat("rank ", r, " lost: ", s.message()));
+        first =
+            RankLostError(r, absl::StrCat("rank ", r, " lost: ", s.message()));
       }
     }
     return first;
@@ -631,7 +636,8 @@ absl::Status ControlPlane::SendTo(const std::vector<int>& ranks,
   for (auto& [r, channel] : targets) {
     absl::Status s = channel->Send(bytes);
     if (!s.ok() && first.ok()) {
-      first = RankLostError(r, absl::StrCat("rank ", r, " lost: ", s.message()));
+      first =
+          RankLostError(r, absl::StrCat("rank ", r, " lost: ", s.message()));
     }
   }
   return first;

@@ -36,11 +36,11 @@
 // ring 0 being the leader's), and the leader sends the coordinator one
 // message (wire::HostRequests) for all of them: each rank's lists in the
 // order it sent them, and, taken out of them, the global set's cache ids
-// that every rank of the host sent (HostBatch, runtime/negotiation/host_batch.h),
-// which the coordinator counts for each of the host's ranks
-// (Coordinator::AddHostHits). In steady state a host of k ranks costs
-// the coordinator one message and one bit operation per id instead of k
-// of each. On rank 0's host rank 0 is the leader and the coordinator
+// that every rank of the host sent (HostBatch,
+// runtime/negotiation/host_batch.h), which the coordinator counts for each of
+// the host's ranks (Coordinator::AddHostHits). In steady state a host of k
+// ranks costs the coordinator one message and one bit operation per id instead
+// of k of each. On rank 0's host rank 0 is the leader and the coordinator
 // itself: its host's lists arrive over shared memory, with nothing to
 // send on.
 // One path per rank keeps every rank's order: a rank's shutdown request
@@ -142,8 +142,7 @@ class ControlPlane {
   // decides for the host, and if some rank cannot map the segment the
   // host keeps TCP. Errors only when the store fails.
   absl::Status EnableHostRelay(Store& store, absl::Time deadline,
-                               const std::vector<int>& host_ranks,
-                               bool enable);
+                               const std::vector<int>& host_ranks, bool enable);
   // Whether this host relays; its leader, its ranks.
   bool host_relay() const { return host_.load() != nullptr; }
   // A rank behind a leader: request lists that did not fit into its ring
@@ -161,8 +160,8 @@ class ControlPlane {
   const std::vector<int>& host_ranks() const { return host_ranks_; }
 
   // The doorbell that peers ring when they send this rank a list over
-  // shared memory (the job's segment or the host's); null without. The background thread
-  // should wait on it (and local events should ring it).
+  // shared memory (the job's segment or the host's); null without. The
+  // background thread should wait on it (and local events should ring it).
   Wakeup* doorbell();
   bool shared_memory() const { return shm_.load() != nullptr; }
   // The segment's hit board; null without shared memory or if rank 0 did
@@ -188,8 +187,8 @@ class ControlPlane {
 
   // Peers whose connection end (closed, broken, silent past the heartbeat
   // timeout) this plane has handled, whether it counted as a loss or not,
-  // each counted once; for tests and diagnostics. WaitConnectionsEnded blocks until at least
-  // `n` or `deadline`; true if reached.
+  // each counted once; for tests and diagnostics. WaitConnectionsEnded blocks
+  // until at least `n` or `deadline`; true if reached.
   int connections_ended() const;
   bool WaitConnectionsEnded(int n, absl::Time deadline) const;
 
@@ -268,7 +267,7 @@ class ControlPlane {
   std::unique_ptr<ShmControlSegment> host_owner_;
   std::atomic<ShmControlSegment*> host_{nullptr};
   std::vector<int> host_ranks_;
-  int host_index_ = -1;  // this rank's place in host_ranks_
+  int host_index_ = -1;               // this rank's place in host_ranks_
   std::deque<std::string> host_out_;  // PushHostOut's (background thread)
   size_t host_out_offset_ = 0;        // bytes of host_out_.front() written
 };

@@ -138,8 +138,8 @@ void HitBoard::AppendIds(const int64_t* ids, size_t n) {
 
 bool HitBoard::Publish(std::vector<int64_t>* ids) {
   if (ids->empty()) return false;
-  const uint64_t need =
-      (ids->size() + HitBoardShared::kRecordIds - 1) / HitBoardShared::kRecordIds;
+  const uint64_t need = (ids->size() + HitBoardShared::kRecordIds - 1) /
+                        HitBoardShared::kRecordIds;
   // One record stays free for the coordinator's next marker: once rank 0
   // has seen room for it, nobody else takes it.
   if (!HasRoom(need + 1)) return false;

@@ -4,16 +4,16 @@
 //
 // Note [Hits on the board]
 // In steady state every request of the global set is a cache hit (Note
-// [Response cache] in runtime/negotiation/response_cache.h). Without the board each
-// hit travels as a bit to the coordinator, which ANDs them (Note [Cache
-// hits as bits] in runtime/negotiation/coordinator.cc) and answers with a response list:
-// a round trip through rank 0's background thread per cycle. With the
-// board, a rank's background thread sets its bit for the id in a slot of
-// the control segment; the rank that sets the last bit appends the id to
-// the board's log, and every rank executes the log in order: the ids of
-// one record, in ascending order, fused by the same plan on every rank
-// (the fusion threshold is the coordinator's, in the segment). No message,
-// no coordinator, no per-name work.
+// [Response cache] in runtime/negotiation/response_cache.h). Without the board
+// each hit travels as a bit to the coordinator, which ANDs them (Note [Cache
+// hits as bits] in runtime/negotiation/coordinator.cc) and answers with a
+// response list: a round trip through rank 0's background thread per cycle.
+// With the board, a rank's background thread sets its bit for the id in a slot
+// of the control segment; the rank that sets the last bit appends the id to the
+// board's log, and every rank executes the log in order: the ids of one record,
+// in ascending order, fused by the same plan on every rank (the fusion
+// threshold is the coordinator's, in the segment). No message, no coordinator,
+// no per-name work.
 //
 // The coordinator stays the source of truth. Its response lists, of every
 // process set, are entered in the same log (a marker with the list's set
@@ -77,10 +77,10 @@ namespace kolo {
 
 // Lives in shared memory, zero-initialised.
 struct HitBoardShared {
-  static constexpr int kMaxRanks = 64;      // bits per slot
-  static constexpr int kSlots = 4096;       // id mod kSlots
-  static constexpr int kRecords = 128;      // the log's capacity
-  static constexpr int kRecordIds = 509;    // ids per record
+  static constexpr int kMaxRanks = 64;    // bits per slot
+  static constexpr int kSlots = 4096;     // id mod kSlots
+  static constexpr int kRecords = 128;    // the log's capacity
+  static constexpr int kRecordIds = 509;  // ids per record
   enum Kind : uint32_t { kIds = 1, kList = 2 };
   struct Slot {
     int64_t id;
@@ -256,8 +256,7 @@ class KOLO_CAPABILITY("hit board") HitBoard {
 //   HitBoardLock locked(board);
 class KOLO_SCOPED_CAPABILITY HitBoardLock {
  public:
-  explicit HitBoardLock(HitBoard* board) KOLO_REQUIRES(board)
-      : board_(board) {}
+  explicit HitBoardLock(HitBoard* board) KOLO_REQUIRES(board) : board_(board) {}
   ~HitBoardLock() KOLO_RELEASE() { board_->Unlock(); }
   HitBoardLock(const HitBoardLock&) = delete;
   HitBoardLock& operator=(const HitBoardLock&) = delete;

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/control/control_internal.h"
 #include "runtime/control/control_plane.h"
-#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 
@@ -41,11 +41,12 @@ bool ControlPlane::DrainHost(ShmControlSegment& host) {
     if (!s.ok()) {
       if (rank_ == 0) {
         PeerLost(from, std::string(s.message()));
-      } else if (!closed_ && !shutting_down_ && !lost_reported_.exchange(true)) {
+      } else if (!closed_ && !shutting_down_ &&
+                 !lost_reported_.exchange(true)) {
         callbacks_.on_fatal(RankLostError(
             from, absl::StrCat("rank ", from, " lost: ", s.message(),
-                               " (reported by its host's leader, rank ",
-                               rank_, ")")));
+                               " (reported by its host's leader, rank ", rank_,
+                               ")")));
       }
       return false;
     }
@@ -94,7 +95,8 @@ absl::Status ControlPlane::EnableHostRelay(Store& store, absl::Time deadline,
     auto name = store.Get(prefix + "name", timeout);
     if (!name.ok()) return name.status();
     if (name->empty()) return absl::OkStatus();  // Off on this host.
-    auto opened = ShmControlSegment::Open(*name, index, local, kMaxControlFrame);
+    auto opened =
+        ShmControlSegment::Open(*name, index, local, kMaxControlFrame);
     KOLO_RETURN_IF_ERROR(store.Set(absl::StrCat(prefix, "attached/", index),
                                    opened.ok() ? "1" : "0"));
     auto use = store.Get(prefix + "use", timeout);

@@ -145,12 +145,15 @@ class ShmControlSegment {
   void SetLeaving(int r);
   bool leaving(int r) const;
   void SetWaitingForRoom(int r, bool waiting) {
-    ranks_[r].waiting_for_room.store(waiting ? 1 : 0, std::memory_order_seq_cst);
+    ranks_[r].waiting_for_room.store(waiting ? 1 : 0,
+                                     std::memory_order_seq_cst);
   }
   bool waiting_for_room(int r) const {
     return ranks_[r].waiting_for_room.load(std::memory_order_seq_cst) != 0;
   }
-  void SetStopped(int r) { ranks_[r].stopped.store(1, std::memory_order_seq_cst); }
+  void SetStopped(int r) {
+    ranks_[r].stopped.store(1, std::memory_order_seq_cst);
+  }
   bool stopped(int r) const {
     return ranks_[r].stopped.load(std::memory_order_seq_cst) != 0;
   }

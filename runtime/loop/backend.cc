@@ -118,8 +118,8 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(
     }
   }
   return absl::NotFoundError(
-      std::string("no backend is built for device type ") +
-      DeviceName(device) + " (was the backend library linked?)");
+      std::string("no backend is built for device type ") + DeviceName(device) +
+      " (was the backend library linked?)");
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(
@@ -128,9 +128,9 @@ absl::StatusOr<std::unique_ptr<Backend>> BackendRegistry::Create(
   for (const Entry& e : entries_) {
     if (e.device == device && e.name == name) return e.factory(context);
   }
-  return absl::NotFoundError("no backend \"" + name + "\" is built for device type " +
-                             DeviceName(device) +
-                             " (was the backend library linked?)");
+  return absl::NotFoundError(
+      "no backend \"" + name + "\" is built for device type " +
+      DeviceName(device) + " (was the backend library linked?)");
 }
 
 }  // namespace kolo

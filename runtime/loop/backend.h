@@ -108,8 +108,9 @@ class Backend {
   virtual absl::Status Broadcast(void* data, size_t bytes, int root) = 0;
   // Concatenates each rank's `input` (bytes_per_rank[rank] bytes) into
   // `output` in rank order.
-  virtual absl::Status Allgatherv(const void* input, void* output,
-                                  const std::vector<size_t>& bytes_per_rank) = 0;
+  virtual absl::Status Allgatherv(
+      const void* input, void* output,
+      const std::vector<size_t>& bytes_per_rank) = 0;
   // Rank r sends send_bytes[k] bytes (consecutive in `input`, in rank
   // order) to rank k and receives recv_bytes[r] bytes from rank r into
   // `output`, in rank order.
@@ -153,9 +154,9 @@ class Backend {
   // sum/min/max/product of `count` elements in place, with data[i] *=
   // prescale before and *= postscale after (floating point only when not
   // 1.0). The default runs Scale, Allreduce, Scale.
-  virtual absl::Status AllreduceScaled(void* data, size_t count,
-                                       DataType dtype, ReduceOp op,
-                                       double prescale, double postscale);
+  virtual absl::Status AllreduceScaled(void* data, size_t count, DataType dtype,
+                                       ReduceOp op, double prescale,
+                                       double postscale);
   // Device backends only (host_memory() false): reduces every rank's
   // `input` (the sum over k of counts[k] elements) and writes this rank's
   // shard, counts[rank] elements from offset sum(counts[0..rank)), to
@@ -174,8 +175,8 @@ class Backend {
   }
 };
 
-using BackendFactory =
-    std::function<absl::StatusOr<std::unique_ptr<Backend>>(const BackendContext&)>;
+using BackendFactory = std::function<absl::StatusOr<std::unique_ptr<Backend>>(
+    const BackendContext&)>;
 // Whether this process can use `device` (e.g. a CUDA ordinal that exists);
 // the error says why not. Called on caller threads: must be thread-safe and
 // cheap after its first call.

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/util/format.h"
 #include "runtime/loop/phase_clock.h"
 #include "runtime/loop/runtime_impl.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 
@@ -112,14 +112,15 @@ void RuntimeImpl::BackgroundLoop() {
       }
       for (ControlEvent& event : events) {
         if (coordinator && event.message.has_request_list()) {
-          if (!AcceptRequestList(event.from_rank,
-                                 std::move(*event.message.mutable_request_list()),
-                                 now)) {
+          if (!AcceptRequestList(
+                  event.from_rank,
+                  std::move(*event.message.mutable_request_list()), now)) {
             break;
           }
         } else if (coordinator && event.message.has_host_requests()) {
           if (!AcceptHostRequests(event.from_rank,
-                                  *event.message.mutable_host_requests(), now)) {
+                                  *event.message.mutable_host_requests(),
+                                  now)) {
             break;
           }
         } else if (!coordinator && event.message.has_response_list()) {
@@ -150,8 +151,8 @@ void RuntimeImpl::BackgroundLoop() {
     if (!fatal_status().ok()) break;
     if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
     if (!fatal_status().ok()) break;
-    next_wakeup = std::min(next_wakeup,
-                           queue_.ExpireLocal(now, options_.op_timeout));
+    next_wakeup =
+        std::min(next_wakeup, queue_.ExpireLocal(now, options_.op_timeout));
   }
   {
     // No caller takes a turn after the loop's last.
@@ -226,24 +227,25 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   wire::RequestList* run_list = nullptr;
   std::vector<int64_t>* run_hits = nullptr;
   int64_t hits_taken = 0, requests_taken = 0;
-  queue_.TakeNewRequests(now + options_.op_timeout + kLocalTimeoutSlack,
-                         [&](const wire::Request& r) {
-    if (r.process_set() != run_set || run_cache == nullptr) {
-      run_set = r.process_set();
-      run_cache = sets.at(run_set)->cache;
-      run_list = &lists[run_set];
-      run_hits = &hits[run_set];
-    }
-    if (r.type() == wire::JOIN) joined_ = true;
-    const int64_t id = run_cache->Lookup(r);
-    if (id >= 0) {
-      run_hits->push_back(id);
-      ++hits_taken;
-    } else {
-      *run_list->add_requests() = r;
-      ++requests_taken;
-    }
-  });
+  queue_.TakeNewRequests(
+      now + options_.op_timeout + kLocalTimeoutSlack,
+      [&](const wire::Request& r) {
+        if (r.process_set() != run_set || run_cache == nullptr) {
+          run_set = r.process_set();
+          run_cache = sets.at(run_set)->cache;
+          run_list = &lists[run_set];
+          run_hits = &hits[run_set];
+        }
+        if (r.type() == wire::JOIN) joined_ = true;
+        const int64_t id = run_cache->Lookup(r);
+        if (id >= 0) {
+          run_hits->push_back(id);
+          ++hits_taken;
+        } else {
+          *run_list->add_requests() = r;
+          ++requests_taken;
+        }
+      });
   counters_.cache_hits_sent += hits_taken;
   counters_.requests_sent += requests_taken;
   if (board_ && (lists.count(kGlobalProcessSet) || send_shutdown)) {
@@ -263,8 +265,8 @@ void RuntimeImpl::SendRequests(absl::Time now) {
         board_refused_.clear();
         board_->Set(ids, internal::MonotonicNanos(), &board_complete_,
                     &board_refused_);
-        counters_.board_hits += static_cast<int64_t>(ids.size() -
-                                                     board_refused_.size());
+        counters_.board_hits +=
+            static_cast<int64_t>(ids.size() - board_refused_.size());
         ids.swap(board_refused_);
         published = board_->Publish(&board_complete_);
         if (!published && !board_complete_.empty()) full = true;
@@ -350,13 +352,16 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     Coordinator& c = *set->coordinator;
     c.ExpireOlderThan(options_.op_timeout, now);
     if (options_.stall_check_time > absl::ZeroDuration()) {
-      for (const std::string& line : c.StallReport(options_.stall_check_time, now)) {
+      for (const std::string& line :
+           c.StallReport(options_.stall_check_time, now)) {
         logger_.Warning(absl::StrCat(
-            "stalled collectives", set->id ? absl::StrCat(" in process set ", set->id) : "",
-            ": ", line, " not submitted after ",
+            "stalled collectives",
+            set->id ? absl::StrCat(" in process set ", set->id) : "", ": ",
+            line, " not submitted after ",
             FormatSeconds(options_.stall_check_time)));
       }
-      *next_wakeup = std::min(*next_wakeup, c.NextStallCheck(options_.stall_check_time));
+      *next_wakeup =
+          std::min(*next_wakeup, c.NextStallCheck(options_.stall_check_time));
     }
     if (options_.stall_shutdown_time > absl::ZeroDuration()) {
       if (auto stalled = c.StalledPast(options_.stall_shutdown_time, now)) {
@@ -431,10 +436,12 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
   if (!control_ || waiting.empty()) return;  // Empty: the final list says it.
   wire::ControlMessage message;
   for (int r : waiting) message.mutable_shutdown_waiting()->add_ranks(r);
-  control_->Broadcast(message).IgnoreError();  // A lost rank is reported anyway.
+  control_->Broadcast(message)
+      .IgnoreError();  // A lost rank is reported anyway.
 }
 
-void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list) {
+void RuntimeImpl::SendList(ProcessSetState& set,
+                           const wire::ResponseList& list) {
   if (board_) {
     // Its marker, where every rank runs it, appended once this rank has
     // executed the log to its end (it runs the list right here). While
@@ -462,9 +469,9 @@ void RuntimeImpl::SendList(ProcessSetState& set, const wire::ResponseList& list)
       if (!fatal_status().ok()) return;
     }
     if (!appended) {
-      Fatal(absl::InternalError(absl::StrCat(
-          "hit board: no room in the log for response list ", list.seq(),
-          " of process set ", set.id)));
+      Fatal(absl::InternalError(
+          absl::StrCat("hit board: no room in the log for response list ",
+                       list.seq(), " of process set ", set.id)));
       return;
     }
   }
@@ -510,9 +517,9 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     ExpandCachedResponse(cached, compact, &expanded_);
   } else if (from_cache &&
              !ExpandCachedResponse(*set.cache, compact, &expanded_)) {
-    Fatal(absl::InternalError(absl::StrCat(
-        "rank ", options_.rank, ": response cache of process set ", set.id,
-        " out of step with the coordinator")));
+    Fatal(absl::InternalError(
+        absl::StrCat("rank ", options_.rank, ": response cache of process set ",
+                     set.id, " out of step with the coordinator")));
     return;
   }
   if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
@@ -559,17 +566,17 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
         const int index = set.cuda_device.load();
         device = Device::Cuda(index >= 0 ? index : options_.local_rank);
       }
-      entry->input = entry->output = TensorView(
-          entry->scratch->data(), dtype, {response.elements(i)}, device);
+      entry->input = entry->output = TensorView(entry->scratch->data(), dtype,
+                                                {response.elements(i)}, device);
       entry->work = std::make_shared<internal::WorkState>();
     }
     if (!entry) {
       if (response.type() == wire::RESPONSE_ERROR) continue;  // Not ours.
       // Every rank submitted every name of a data response: this one did
       // not, so the ranks are out of step.
-      Fatal(absl::InternalError(absl::StrCat(
-          "rank ", options_.rank, " received a response for \"", name,
-          "\" that it never submitted")));
+      Fatal(absl::InternalError(
+          absl::StrCat("rank ", options_.rank, " received a response for \"",
+                       name, "\" that it never submitted")));
       return;
     }
     entries.push_back(std::move(entry));
@@ -579,8 +586,7 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
     // of a data response has its entry, in order (or Fatal above).
     ApplyResponse(
         *set.cache, compact,
-        [&](int i) -> const wire::Request* { return &entries[i]->request; },
-        0);
+        [&](int i) -> const wire::Request* { return &entries[i]->request; }, 0);
   }
   if (entries.empty()) return;
   if (response.type() != wire::RESPONSE_ERROR) {

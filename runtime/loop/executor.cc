@@ -8,11 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/loop/phase_clock.h"
 #include "runtime/negotiation/collectives.h"
 #include "runtime/negotiation/coordinator.h"
-#include "runtime/loop/phase_clock.h"
-#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace {
@@ -77,10 +77,11 @@ struct Executor::Pending {
   bool executor_alive KOLO_GUARDED_BY(report_mu) = true;
 };
 
-Executor::Executor(Backend* backend, int rank, int size,
-                   bool average_over_set_size, Timeline* timeline,
-                   std::function<void(const absl::Status&)> on_async_failure,
-                   std::function<absl::Status(const absl::Status&)> explain_failure)
+Executor::Executor(
+    Backend* backend, int rank, int size, bool average_over_set_size,
+    Timeline* timeline,
+    std::function<void(const absl::Status&)> on_async_failure,
+    std::function<absl::Status(const absl::Status&)> explain_failure)
     : backend_(backend),
       rank_(rank),
       size_(size),
@@ -200,7 +201,8 @@ auto Executor::Phase(const wire::Response& r, const char* phase, F&& body,
                      const std::string& args) {
   const bool on = timeline_ && timeline_->enabled();
   if (on) {
-    for (const std::string& name : r.names()) timeline_->Begin(name, phase, args);
+    for (const std::string& name : r.names())
+      timeline_->Begin(name, phase, args);
   }
   auto result = body();
   if (on) {
@@ -393,7 +395,8 @@ absl::Status Executor::Allreduce(
       size_t offset = 0;
       for (size_t i = 0; i < entries.size(); ++i) {
         const size_t bytes = r.elements(i) * elem;
-        if (bytes) backend_->Copy(buffer + offset, entries[i]->input.data, bytes);
+        if (bytes)
+          backend_->Copy(buffer + offset, entries[i]->input.data, bytes);
         offset += bytes;
       }
       return 0;
@@ -402,8 +405,8 @@ absl::Status Executor::Allreduce(
   KOLO_RETURN_IF_ERROR(Phase(
       r, CollectivePhase("ALLREDUCE"),
       [&] {
-        return backend_->AllreduceScaled(buffer, total, dtype, op,
-                                         r.prescale(), postscale);
+        return backend_->AllreduceScaled(buffer, total, dtype, op, r.prescale(),
+                                         postscale);
       },
       absl::StrCat("\"size\": ", total * elem, ", \"batch\": ", batch_,
                    ", \"tensors\": ", entries.size())));
@@ -412,7 +415,8 @@ absl::Status Executor::Allreduce(
       size_t offset = 0;
       for (size_t i = 0; i < entries.size(); ++i) {
         const size_t bytes = r.elements(i) * elem;
-        if (bytes) backend_->Copy(entries[i]->output.data, buffer + offset, bytes);
+        if (bytes)
+          backend_->Copy(entries[i]->output.data, buffer + offset, bytes);
         offset += bytes;
       }
       return 0;
@@ -462,8 +466,7 @@ absl::Status Executor::Broadcast(
 }
 
 absl::Status Executor::Allgather(
-    const wire::Response& r,
-    std::vector<std::unique_ptr<TensorEntry>>& entries,
+    const wire::Response& r, std::vector<std::unique_ptr<TensorEntry>>& entries,
     std::vector<Outcome>* outcomes, std::vector<void*>* temps) {
   const size_t elem = DataTypeSize(static_cast<DataType>(r.dtype()));
   const size_t n = entries.size();
@@ -481,17 +484,19 @@ absl::Status Executor::Allgather(
     shape[0] = static_cast<int64_t>(total_rows);
     const size_t bytes = total_rows * row_bytes[i];
     absl::StatusOr<void*> out =
-        entries[i]->allocator ? entries[i]->allocator(shape)
-                              : absl::StatusOr<void*>(FallbackOutput(bytes, temps));
+        entries[i]->allocator
+            ? entries[i]->allocator(shape)
+            : absl::StatusOr<void*>(FallbackOutput(bytes, temps));
     if (out.ok() && (*out != nullptr || bytes == 0)) {
       outputs[i] = *out;
     } else {
-      absl::Status failed = out.ok() ? absl::InternalError("allocator returned null")
-                                     : out.status();
+      absl::Status failed = out.ok()
+                                ? absl::InternalError("allocator returned null")
+                                : out.status();
       (*outcomes)[i].status = absl::Status(
-          failed.code(), absl::StrCat("allgather \"", r.names(i),
-                                      "\": output allocator failed: ",
-                                      failed.message()));
+          failed.code(),
+          absl::StrCat("allgather \"", r.names(i),
+                       "\": output allocator failed: ", failed.message()));
       // Still take part, so that the other ranks do not hang.
       outputs[i] = FallbackOutput(bytes, temps);
       if (outputs[i] == nullptr && bytes) {
@@ -519,9 +524,9 @@ absl::Status Executor::Allgather(
   for (size_t b : block_bytes) total += b;
   uint8_t* buffer = Grow(fusion_, total);
   if ((send == nullptr && block_bytes[rank_]) || (buffer == nullptr && total)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot allocate fusion buffers of ", block_bytes[rank_], " and ",
-        total, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate fusion buffers of ", block_bytes[rank_],
+                     " and ", total, " bytes"));
   }
   size_t offset = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -573,12 +578,13 @@ absl::Status Executor::Alltoall(const wire::Response& r, TensorEntry& e,
   if (out.ok() && (*out != nullptr || bytes == 0)) {
     output = *out;
   } else {
-    absl::Status failed = out.ok() ? absl::InternalError("allocator returned null")
-                                   : out.status();
+    absl::Status failed = out.ok()
+                              ? absl::InternalError("allocator returned null")
+                              : out.status();
     outcome->status = absl::Status(
-        failed.code(), absl::StrCat("alltoall \"", r.names(0),
-                                    "\": output allocator failed: ",
-                                    failed.message()));
+        failed.code(),
+        absl::StrCat("alltoall \"", r.names(0),
+                     "\": output allocator failed: ", failed.message()));
     output = FallbackOutput(bytes, temps);  // still take part
     if (output == nullptr && bytes) {
       return absl::ResourceExhaustedError(

@@ -35,11 +35,11 @@ class Executor {
   // `explain_failure` (may be empty) maps a failed collective's status to
   // its cause when there is a better one (the runtime's: "rank 3 lost"),
   // or returns it unchanged.
-  Executor(Backend* backend, int rank, int size, bool average_over_set_size,
-           Timeline* timeline,
-           std::function<void(const absl::Status&)> on_async_failure = {},
-           std::function<absl::Status(const absl::Status&)> explain_failure =
-               {});
+  Executor(
+      Backend* backend, int rank, int size, bool average_over_set_size,
+      Timeline* timeline,
+      std::function<void(const absl::Status&)> on_async_failure = {},
+      std::function<absl::Status(const absl::Status&)> explain_failure = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/util/format.h"
-#include "runtime/negotiation/fusion.h"
 #include "runtime/loop/phase_clock.h"
 #include "runtime/loop/runtime_impl.h"
+#include "runtime/negotiation/fusion.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 
@@ -136,8 +136,7 @@ void RuntimeImpl::ExecuteBoard(bool* done, bool* handed_back) {
           return;
         }
         if (set && set->member()) {  // Others' sets: nothing comes.
-          auto it =
-              board_lists_.find(std::make_pair(set->id, record.list_seq));
+          auto it = board_lists_.find(std::make_pair(set->id, record.list_seq));
           if (it == board_lists_.end()) {
             return;  // Not here yet: its arrival rings this rank.
           }
@@ -178,8 +177,8 @@ bool RuntimeImpl::ExecuteBoardIds(ProcessSetState& global,
     const wire::Response* cached = global.cache->CachedResponse(record.ids[i]);
     if (!cached) {
       Fatal(absl::InternalError(absl::StrCat(
-          "rank ", options_.rank, ": hit board names cache id ",
-          record.ids[i], ", which this rank's response cache does not hold")));
+          "rank ", options_.rank, ": hit board names cache id ", record.ids[i],
+          ", which this rank's response cache does not hold")));
       return true;
     }
     // Note [Caller turns]: CUDA tensors are the thread's.
@@ -237,9 +236,9 @@ void RuntimeImpl::CloseBoard(ProcessSetState& global, absl::Time now) {
          ++i) {
       list.add_cached_ids(board_pulled_[i].id);
     }
-    c.AddRequests(first.rank, std::move(list),
-                  now - absl::Nanoseconds(
-                            std::max<int64_t>(0, now_ns - first.first_ns)));
+    c.AddRequests(
+        first.rank, std::move(list),
+        now - absl::Nanoseconds(std::max<int64_t>(0, now_ns - first.first_ns)));
   }
 }
 

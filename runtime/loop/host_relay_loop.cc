@@ -24,9 +24,9 @@ bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
   auto me = set ? std::find(set->ranks.begin(), set->ranks.end(), from)
                 : std::vector<int>::iterator();
   if (!set || me == set->ranks.end()) {
-    Fatal(absl::InternalError(absl::StrCat(
-        "rank ", from, " sent requests for process set ", list.process_set(),
-        " it is not a member of")));
+    Fatal(absl::InternalError(
+        absl::StrCat("rank ", from, " sent requests for process set ",
+                     list.process_set(), " it is not a member of")));
     return false;
   }
   if (board_ && set->id == kGlobalProcessSet) {
@@ -57,11 +57,13 @@ bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
     ok = ok && on_host(r) && (ranks.empty() || r > ranks.back());
     ranks.push_back(r);
   }
-  for (const wire::RelayedList& l : message.lists()) ok = ok && on_host(l.rank());
+  for (const wire::RelayedList& l : message.lists())
+    ok = ok && on_host(l.rank());
   for (const wire::RankAck& a : message.acks()) ok = ok && on_host(a.rank());
   if (!ok) {
-    Fatal(absl::InternalError(absl::StrCat(
-        "rank ", from, " relayed requests for ranks that are not on its host")));
+    Fatal(absl::InternalError(
+        absl::StrCat("rank ", from,
+                     " relayed requests for ranks that are not on its host")));
     return false;
   }
   std::shared_ptr<ProcessSetState> global;
@@ -133,7 +135,8 @@ void RuntimeImpl::FlushRelay(absl::Time now, absl::Time* next_wakeup) {
       return;
     }
   }
-  if (relay_->rounds() > 2 * static_cast<size_t>(options_.cache_capacity) + 64) {
+  if (relay_->rounds() >
+      2 * static_cast<size_t>(options_.cache_capacity) + 64) {
     std::shared_ptr<ProcessSetState> global;
     {
       MutexLock lock(&sets_mu_);

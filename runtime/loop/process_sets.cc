@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/loop/runtime_impl.h"
-#include "runtime/util/status_macros.h"
-#include "runtime/sync/mutex.h"
 #include "runtime/api/work_state.h"
+#include "runtime/loop/runtime_impl.h"
+#include "runtime/sync/mutex.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 
@@ -18,7 +18,8 @@ void RuntimeImpl::RegisterProcessSet(int id, std::vector<int> ranks) {
   set->id = id;
   set->ranks = std::move(ranks);
   auto me = std::find(set->ranks.begin(), set->ranks.end(), options_.rank);
-  if (me != set->ranks.end()) set->rank = static_cast<int>(me - set->ranks.begin());
+  if (me != set->ranks.end())
+    set->rank = static_cast<int>(me - set->ranks.begin());
   if (options_.rank == 0) {
     Coordinator::Config config;
     config.process_set = id;
@@ -114,9 +115,9 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
       if (shm.ok()) {
         chosen = std::move(*shm);
       } else if (set.rank == 0) {
-        logger_.Warning(absl::StrCat(
-            "process set ", set.id, ": shared memory unavailable (",
-            shm.status().message(), "); using gloo"));
+        logger_.Warning(absl::StrCat("process set ", set.id,
+                                     ": shared memory unavailable (",
+                                     shm.status().message(), "); using gloo"));
       }
     }
   }
@@ -158,8 +159,7 @@ absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
   // The executor reports only while it exists, and ~RuntimeImpl destroys
   // it first (see there): `this` outlives every report.
   auto executor = std::make_unique<Executor>(
-      backend->get(), set.rank, set.size(),
-      options_.join_average_over_set_size,
+      backend->get(), set.rank, set.size(), options_.join_average_over_set_size,
       options_.rank == 0 ? &timeline_ : nullptr,
       [this](const absl::Status& status) { Fatal(status); });
   executor->set_phase_times(options_.phase_times);
@@ -189,10 +189,9 @@ absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
         absl::StrCat(what, ": unknown process set ", process_set));
   }
   if (!it->second->member()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": rank ", options_.rank,
-                     " is not a member of process set ", process_set,
-                     " (ranks ", absl::StrJoin(it->second->ranks, ", "), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": rank ", options_.rank, " is not a member of process set ",
+        process_set, " (ranks ", absl::StrJoin(it->second->ranks, ", "), ")"));
   }
   return it->second;
 }
@@ -201,7 +200,8 @@ absl::StatusOr<std::vector<int>> RuntimeImpl::SetRanks(int process_set) const {
   MutexLock lock(&sets_mu_);
   auto it = sets_.find(process_set);
   if (it == sets_.end()) {
-    return absl::NotFoundError(absl::StrCat("unknown process set ", process_set));
+    return absl::NotFoundError(
+        absl::StrCat("unknown process set ", process_set));
   }
   return it->second->ranks;
 }
@@ -222,8 +222,8 @@ absl::Status RuntimeImpl::ForgetProcessSet(int id) {
     set = std::move(it->second);
     sets_.erase(it);
   }
-  queue_.FailSet(id, absl::AbortedError(absl::StrCat(
-                         "process set ", id, " was removed")));
+  queue_.FailSet(
+      id, absl::AbortedError(absl::StrCat("process set ", id, " was removed")));
   if (set->backend) set->backend->Close();
   return absl::OkStatus();
 }
@@ -242,8 +242,8 @@ absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
   }
   TensorEntry entry;
   entry.request.set_type(wire::REMOVE_PROCESS_SET);
-  entry.request.set_name(absl::StrCat("__kolo_remove_process_set_",
-                                      process_set_calls_++));
+  entry.request.set_name(
+      absl::StrCat("__kolo_remove_process_set_", process_set_calls_++));
   entry.request.set_target_process_set(process_set);
   auto work = Submit(std::move(entry));
   if (!work.ok()) return work.status();
@@ -266,10 +266,10 @@ absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (ranks[i] < 0 || ranks[i] >= options_.size ||
         (i > 0 && ranks[i] <= ranks[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "process set ranks [", absl::StrJoin(ranks, ", "),
-          "] must be distinct ranks of the job (0 to ", options_.size - 1,
-          "), sorted"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("process set ranks [", absl::StrJoin(ranks, ", "),
+                       "] must be distinct ranks of the job (0 to ",
+                       options_.size - 1, "), sorted"));
     }
   }
   TensorEntry entry;
@@ -296,10 +296,10 @@ absl::StatusOr<int> RuntimeImpl::AddMemberProcessSet(
     }
   }
   if (!std::binary_search(ranks.begin(), ranks.end(), options_.rank)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "process set \"", key, "\": rank ", options_.rank,
-        " is not one of its ranks [", absl::StrJoin(ranks, ", "),
-        "]; only members create it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("process set \"", key, "\": rank ", options_.rank,
+                     " is not one of its ranks [", absl::StrJoin(ranks, ", "),
+                     "]; only members create it"));
   }
   TensorEntry entry;
   entry.request.set_type(wire::ADD_MEMBER_PROCESS_SET);

@@ -9,13 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "runtime/util/format.h"
+#include "runtime/api/work_state.h"
 #include "runtime/negotiation/fusion.h"
 #include "runtime/net/sha256.h"
 #include "runtime/rendezvous/tcp_store.h"
-#include "runtime/util/status_macros.h"
 #include "runtime/sync/mutex.h"
-#include "runtime/api/work_state.h"
+#include "runtime/util/format.h"
+#include "runtime/util/status_macros.h"
 
 namespace kolo {
 namespace {
@@ -54,13 +54,12 @@ std::string ProcessIdentity() {
 // ranks disagree on the protocol (the response cache), the data path or the
 // results.
 std::string SharedSettings(const Options& o) {
-  return absl::StrCat("KOLO_SIZE=", o.size, "\n", "KOLO_SHM=", o.shm ? 1 : 0,
-                      "\n", "KOLO_CACHE_CAPACITY=", o.cache_capacity, "\n",
-                      "KOLO_HIERARCHICAL_ALLREDUCE=",
-                      o.hierarchical_allreduce ? 1 : 0, "\n",
-                      "join average over the set size=",
-                      o.join_average_over_set_size ? 1 : 0, "\n",
-                      "process sets at start=", o.process_sets.size());
+  return absl::StrCat(
+      "KOLO_SIZE=", o.size, "\n", "KOLO_SHM=", o.shm ? 1 : 0, "\n",
+      "KOLO_CACHE_CAPACITY=", o.cache_capacity, "\n",
+      "KOLO_HIERARCHICAL_ALLREDUCE=", o.hierarchical_allreduce ? 1 : 0, "\n",
+      "join average over the set size=", o.join_average_over_set_size ? 1 : 0,
+      "\n", "process sets at start=", o.process_sets.size());
 }
 
 // Claims this rank's place in the store (a second worker with the same rank
@@ -84,8 +83,7 @@ absl::Status ClaimRank(Store& store, const Options& o) {
   const std::string mine = SharedSettings(o);
   absl::Status s = store.Set(absl::StrCat("settings/", o.rank), mine);
   if (!s.ok() || o.rank == 0) return s;
-  absl::StatusOr<std::string> theirs =
-      store.Get("settings/0", o.start_timeout);
+  absl::StatusOr<std::string> theirs = store.Get("settings/0", o.start_timeout);
   if (!theirs.ok()) {
     return absl::Status(
         theirs.status().code(),
@@ -104,9 +102,11 @@ absl::Status ClaimRank(Store& store, const Options& o) {
         ours[i].substr(0, eq), " is ", ours[i].substr(eq + 1), " on rank ",
         o.rank, " but ", zero.substr(zero.find('=') + 1), " on rank 0"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "rank ", o.rank, " and rank 0 disagree on settings every rank must "
-      "share: ", absl::StrJoin(differences, "; ")));
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", o.rank,
+                   " and rank 0 disagree on settings every rank must "
+                   "share: ",
+                   absl::StrJoin(differences, "; ")));
 }
 
 }  // namespace
@@ -184,9 +184,9 @@ absl::Status RuntimeImpl::Start() {
         options_.store_listening
             ? std::min(options_.start_timeout, kListeningStoreConnectTimeout)
             : options_.start_timeout;
-    auto client = rendezvous::ConnectTcpStore(
-        options_.rendezvous_addr, options_.rendezvous_port, options_.secret,
-        connect_timeout);
+    auto client = rendezvous::ConnectTcpStore(options_.rendezvous_addr,
+                                              options_.rendezvous_port,
+                                              options_.secret, connect_timeout);
     if (!client.ok()) {
       return absl::Status(
           client.status().code(),
@@ -194,8 +194,8 @@ absl::Status RuntimeImpl::Start() {
               "rank ", options_.rank, ": cannot reach the rendezvous store at ",
               options_.rendezvous_addr, ":", options_.rendezvous_port, ": ",
               client.status().message(),
-              options_.store_listening && !absl::IsPermissionDenied(
-                                              client.status())
+              options_.store_listening &&
+                      !absl::IsPermissionDenied(client.status())
                   ? "; kolorun's store was listening before this worker "
                     "started, so KOLO_RENDEZVOUS_ADDR/KOLO_RENDEZVOUS_PORT "
                     "do not name it (were they changed for this worker?)"
@@ -227,15 +227,14 @@ absl::Status RuntimeImpl::Start() {
   store_ = NewPrefixStore(prefix, base);
   std::string channel_secret = options_.secret;
   if (options_.incarnation > 0) {
-    channel_secret = net::HmacSha256(options_.secret)
-                         .MacString({"kolo incarnation ",
-                                     absl::StrCat(options_.incarnation),
-                                     " generation ",
-                                     absl::StrCat(options_.generation)});
+    channel_secret =
+        net::HmacSha256(options_.secret)
+            .MacString({"kolo incarnation ", absl::StrCat(options_.incarnation),
+                        " generation ", absl::StrCat(options_.generation)});
   } else if (options_.generation > 0) {
-    channel_secret = net::HmacSha256(options_.secret)
-                         .MacString({"kolo generation ",
-                                     absl::StrCat(options_.generation)});
+    channel_secret =
+        net::HmacSha256(options_.secret)
+            .MacString({"kolo generation ", absl::StrCat(options_.generation)});
   }
   if (options_.size > 1) {
     absl::Status joined = ClaimRank(*store_, options_);
@@ -269,9 +268,9 @@ absl::Status RuntimeImpl::Start() {
         std::min(absl::Seconds(1), options_.op_timeout / 8);
     liveness.heartbeat_timeout =
         options_.op_timeout / 2 + liveness.heartbeat_interval;
-    auto control = ControlPlane::Create(options_.rank, options_.size, store_,
-                                        channel_secret, options_.bind_addr,
-                                        deadline, std::move(callbacks), liveness);
+    auto control = ControlPlane::Create(
+        options_.rank, options_.size, store_, channel_secret,
+        options_.bind_addr, deadline, std::move(callbacks), liveness);
     if (!control.ok()) return control.status();
     control_ = std::move(*control);
   }
@@ -297,8 +296,8 @@ absl::Status RuntimeImpl::Start() {
         }
         if (Wakeup* doorbell = control_->doorbell()) wakeup_.store(doorbell);
         logger_.Info(absl::StrCat("control plane over TCP; this host's ",
-                                  host_ranks.size(), " ranks send through rank ",
-                                  host_ranks[0]));
+                                  host_ranks.size(),
+                                  " ranks send through rank ", host_ranks[0]));
       }
       if (options_.rank == 0) {
         // Which ranks a leader may speak for (every host's leader may relay).
@@ -349,7 +348,8 @@ absl::Status RuntimeImpl::Start() {
     MutexLock turn(&turn_->mu);
     turn_->loop_running = true;
   }
-  thread_ = std::thread([self = shared_from_this()] { self->BackgroundLoop(); });
+  thread_ =
+      std::thread([self = shared_from_this()] { self->BackgroundLoop(); });
   logger_.Info(absl::StrCat("joined a job of ", options_.size, " ranks"));
   return absl::OkStatus();
 }
@@ -362,9 +362,9 @@ absl::Status RuntimeImpl::Prepare(TensorEntry* entry) {
   if (!accepting_) {
     absl::Status f = fatal_status();
     if (!f.ok()) return f;
-    return absl::FailedPreconditionError(absl::StrCat(
-        CollectiveName(entry->request.type()), " \"", entry->request.name(),
-        "\": the runtime was shut down"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(CollectiveName(entry->request.type()), " \"",
+                     entry->request.name(), "\": the runtime was shut down"));
   }
   if (entry->input.device.type == DeviceType::kCuda) {
     // One NCCL communicator per process set and rank: on one GPU.
@@ -379,8 +379,7 @@ absl::Status RuntimeImpl::Prepare(TensorEntry* entry) {
           CollectiveName(entry->request.type()), " \"", entry->request.name(),
           "\": the tensor is on cuda:", index, " but rank ", options_.rank,
           " already runs process set ", entry->request.process_set(),
-          " on cuda:", expected,
-          "; a rank uses one GPU per process set"));
+          " on cuda:", expected, "; a rank uses one GPU per process set"));
     }
   }
   entry->request.set_rank(options_.rank);
@@ -425,9 +424,9 @@ BlockingResult RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
     if (turn_->loop_running) turned = CallerTurn(*work);
   } catch (const std::exception& e) {
     // What the thread would have died of: the job fails, saying so.
-    Fatal(absl::InternalError(absl::StrCat(
-        "rank ", options_.rank, ": ", e.what(),
-        " (thrown by a collective run on a caller's thread)")));
+    Fatal(absl::InternalError(
+        absl::StrCat("rank ", options_.rank, ": ", e.what(),
+                     " (thrown by a collective run on a caller's thread)")));
     turn_->mu.Unlock();
     throw;
   } catch (...) {
@@ -631,9 +630,9 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   accepting_ = false;
   absl::Status result;
   if (!queue_.WaitDrained(deadline)) {
-    result = absl::AbortedError(
-        absl::StrCat("Shutdown timed out after ", FormatSeconds(timeout),
-                     " with work pending"));
+    result = absl::AbortedError(absl::StrCat("Shutdown timed out after ",
+                                             FormatSeconds(timeout),
+                                             " with work pending"));
     queue_.Close(result);
   }
   shutdown_requested_ = true;

@@ -23,18 +23,18 @@
 #include "kolo/options.h"
 #include "kolo/runtime.h"
 #include "kolo/store.h"
-#include "runtime/loop/backend.h"
 #include "runtime/control/control_plane.h"
 #include "runtime/control/hit_board.h"
-#include "runtime/negotiation/coordinator.h"
+#include "runtime/loop/backend.h"
 #include "runtime/loop/executor.h"
+#include "runtime/loop/tensor_queue.h"
+#include "runtime/negotiation/coordinator.h"
 #include "runtime/negotiation/host_batch.h"
-#include "runtime/util/logging.h"
 #include "runtime/negotiation/response_cache.h"
+#include "runtime/negotiation/timeline.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/sync/wakeup.h"
-#include "runtime/loop/tensor_queue.h"
-#include "runtime/negotiation/timeline.h"
+#include "runtime/util/logging.h"
 
 namespace kolo {
 
@@ -193,8 +193,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::Duration BoardCheckLimit() const;
   // Coordinator, board locked: opens it if `global` is quiet and every
   // request list sent has arrived.
-  void OpenBoardIfQuietLocked(const Coordinator& global)
-      KOLO_REQUIRES(board_);
+  void OpenBoardIfQuietLocked(const Coordinator& global) KOLO_REQUIRES(board_);
   // Note [Host relay] (control/control_plane.h), background thread.
   // A host leader (not rank 0): sends the host's request lists on when
   // HostBatch::Due says (the hold is KOLO_CYCLE_TIME); *next_wakeup: when
@@ -302,8 +301,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
         request_lists_sent{0}, response_lists_received{0},
         collectives_executed{0}, tensors_executed{0}, board_hits{0},
         board_records_executed{0}, host_messages_sent{0}, host_hits_sent{0},
-        host_messages_received{0}, caller_turns{0},
-        caller_turns_completed{0};
+        host_messages_received{0}, caller_turns{0}, caller_turns_completed{0};
     // Options::phase_times (the "phase.*" counters).
     std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
         complete_ns{0}, recycle_ns{0};

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/negotiation/coordinator.h"
+#include "runtime/sync/mutex.h"
 #include "runtime/util/format.h"
 #include "runtime/util/status_macros.h"
-#include "runtime/sync/mutex.h"
 
 namespace kolo {
 
@@ -59,8 +59,8 @@ void TensorQueue::RoomForLocked(size_t more) {
   }
 }
 
-const TensorEntry* TensorQueue::PlaceLocked(
-    std::unique_ptr<TensorEntry>* owned, bool* first) {
+const TensorEntry* TensorQueue::PlaceLocked(std::unique_ptr<TensorEntry>* owned,
+                                            bool* first) {
   // One look-up finds the name in flight or makes its slot (the key views
   // the entry's own name, which lives as long as the slot holds it).
   const wire::Request& request = (*owned)->request;
@@ -91,7 +91,7 @@ absl::Status TensorQueue::AddQuietly(std::unique_ptr<TensorEntry> owned) {
 }
 
 absl::Status TensorQueue::AddImpl(std::unique_ptr<TensorEntry> owned,
-                                    bool* first) {
+                                  bool* first) {
   MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
   RoomForLocked(1);
@@ -118,16 +118,15 @@ absl::Status TensorQueue::AddAll(
       const TensorEntry* holder = PlaceLocked(&batch[i], &first);
       if (!holder) continue;
       const wire::Request& request = batch[i]->request;
-      auto earlier = std::find(new_entries_.begin() + start,
-                               new_entries_.end(), holder);
+      auto earlier =
+          std::find(new_entries_.begin() + start, new_entries_.end(), holder);
       absl::Status refused =
           earlier == new_entries_.end()
               ? RefusalLocked(request, *holder)
               : absl::InvalidArgumentError(absl::StrCat(
                     CollectiveName(request.type()), " \"", request.name(),
                     "\": the name is given twice in one batch (requests ",
-                    earlier - (new_entries_.begin() + start), " and ", i,
-                    ")"));
+                    earlier - (new_entries_.begin() + start), " and ", i, ")"));
       for (size_t k = start; k < new_entries_.size(); ++k) {
         const wire::Request& placed = new_entries_[k]->request;
         auto& names = table_[placed.process_set()];
@@ -391,12 +390,12 @@ void TensorQueue::FailSet(int process_set, const absl::Status& status) {
     if (it == table_.end()) return;
     names.swap(it->second);
     table_.erase(it);
-    new_entries_.erase(
-        std::remove_if(new_entries_.begin(), new_entries_.end(),
-                       [&](const TensorEntry* e) {
-                         return e->request.process_set() == process_set;
-                       }),
-        new_entries_.end());
+    new_entries_.erase(std::remove_if(new_entries_.begin(), new_entries_.end(),
+                                      [&](const TensorEntry* e) {
+                                        return e->request.process_set() ==
+                                               process_set;
+                                      }),
+                       new_entries_.end());
     has_new_.store(!new_entries_.empty(), std::memory_order_release);
     drained_cv_.NotifyAll();
   }

@@ -23,9 +23,9 @@
 #include "absl/time/time.h"
 #include "kolo/runtime.h"
 #include "kolo/work.h"
+#include "runtime/api/work_state.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/wire.pb.h"
-#include "runtime/api/work_state.h"
 
 namespace kolo {
 
@@ -40,9 +40,9 @@ struct GroupCompletion {
 };
 
 struct TensorEntry {
-  wire::Request request;  // What the coordinator sees.
-  TensorView input;       // Allreduce/allgather input; broadcast tensor.
-  TensorView output;      // Allreduce output.
+  wire::Request request;      // What the coordinator sees.
+  TensorView input;           // Allreduce/allgather input; broadcast tensor.
+  TensorView output;          // Allreduce output.
   OutputAllocator allocator;  // Allgather.
   std::shared_ptr<internal::WorkState> work;
   std::shared_ptr<GroupCompletion> group;  // grouped allreduce only

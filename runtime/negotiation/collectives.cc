@@ -50,8 +50,8 @@ Check SameReduction(const Agreement& a) {
                     return absl::StrCat(r.prescale());
                   })) ||
       (e = a.Same("postscale factor", [](const wire::Request& r) {
-         return absl::StrCat(r.postscale());
-       }))) {
+        return absl::StrCat(r.postscale());
+      }))) {
     return e;
   }
   return std::nullopt;
@@ -118,8 +118,7 @@ Check SameTarget(const Agreement& a) {
 Check NotByName(const Agreement& a) {
   // Joins are counted by the coordinator (Coordinator::AddJoin), never
   // validated by name; a list that says otherwise is refused.
-  return a.Error(absl::StatusCode::kInvalidArgument,
-                 "unknown collective type");
+  return a.Error(absl::StatusCode::kInvalidArgument, "unknown collective type");
 }
 
 // --- Fields of the response. ---

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <utility>
 
-#include "runtime/util/format.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/negotiation/fusion.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 namespace {
@@ -188,7 +188,8 @@ void Coordinator::ErasePending(PendingMap::iterator it) {
 absl::Time Coordinator::OldestPending() const {
   if (oldest_stale_) {
     oldest_ = absl::InfiniteFuture();
-    for (const auto& [name, p] : pending_) oldest_ = std::min(oldest_, p.first_seen);
+    for (const auto& [name, p] : pending_)
+      oldest_ = std::min(oldest_, p.first_seen);
     oldest_stale_ = false;
   }
   return std::min(oldest_, OldestHit());
@@ -373,7 +374,8 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
   }
   // The key views the name inside `request`, which the entry keeps alive
   // (by_rank[rank] below; a slot is never reassigned).
-  auto [it, inserted] = pending_.try_emplace(absl::string_view(request->name()));
+  auto [it, inserted] =
+      pending_.try_emplace(absl::string_view(request->name()));
   Pending& p = it->second;
   if (inserted) {
     p.by_rank.resize(size_);
@@ -451,9 +453,9 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
     if (!p.by_rank[r] && Awaits(p, r)) gone.push_back(config_.global_ranks[r]);
   }
   if (!gone.empty()) {
-    FailPending(it->first, p, absl::StatusCode::kAborted,
-                absl::StrCat(RankList(gone), " shut down without submitting it"),
-                now);
+    FailPending(
+        it->first, p, absl::StatusCode::kAborted,
+        absl::StrCat(RankList(gone), " shut down without submitting it"), now);
     ErasePending(it);
     return;
   }
@@ -511,8 +513,7 @@ void Coordinator::MaybeReadyMembers(PendingMap::iterator it, absl::Time now) {
   PushReady(std::move(ready));
 }
 
-void Coordinator::MaybeReady(PendingMap::iterator it,
-                             absl::Time now) {
+void Coordinator::MaybeReady(PendingMap::iterator it, absl::Time now) {
   Pending& p = it->second;
   if (!p.members.empty()) return MaybeReadyMembers(it, now);
   // Cheap necessary condition first, so that each request costs O(1) until
@@ -542,7 +543,8 @@ void Coordinator::MaybeReady(PendingMap::iterator it,
           ? cache_.SharedResponse(ready.cache_id)
           : nullptr;
   if (cached && cached->type() != wire::RESPONSE_ERROR) {
-    ready.cached = std::move(cached);  // canonical stays null: see TakeResponseList
+    ready.cached =
+        std::move(cached);  // canonical stays null: see TakeResponseList
   } else {
     std::vector<const wire::Request*> by_rank(size_, nullptr);
     for (int r = 0; r < size_; ++r) by_rank[r] = p.by_rank[r].get();
@@ -599,9 +601,9 @@ void Coordinator::PushReady(Ready ready) {
       e.set_type(wire::RESPONSE_ERROR);
       e.add_names(m.response.names(0));
       e.set_error_code(bad->error_code());
-      e.set_error(absl::StrCat("grouped allreduce \"", group,
-                               "\" failed because of another member: ",
-                               bad->error()));
+      e.set_error(
+          absl::StrCat("grouped allreduce \"", group,
+                       "\" failed because of another member: ", bad->error()));
       m.response = std::move(e);
     }
     ready_.push_back(std::move(m));
@@ -633,10 +635,11 @@ void Coordinator::FailPending(absl::string_view name, const Pending& p,
   e.set_type(wire::RESPONSE_ERROR);
   e.add_names(std::string(name));
   e.set_error_code(static_cast<int>(code));
-  e.set_error(absl::StrCat(CollectiveName(ready.canonical ? ready.canonical->type()
-                                                  : wire::ALLREDUCE), " \"", name,
-                           "\": ", message, " (submitted by ",
-                           RanksWhere(p, /*submitted=*/true), ")"));
+  e.set_error(
+      absl::StrCat(CollectiveName(ready.canonical ? ready.canonical->type()
+                                                  : wire::ALLREDUCE),
+                   " \"", name, "\": ", message, " (submitted by ",
+                   RanksWhere(p, /*submitted=*/true), ")"));
   ready.ready_at = now;
   PushReady(std::move(ready));
 }
@@ -647,13 +650,12 @@ void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
   for (absl::string_view name : SortedPendingNames()) {
     auto it = pending_.find(name);
     if (now - it->second.first_seen < op_timeout) continue;
-    FailPending(
-        it->first, it->second, absl::StatusCode::kDeadlineExceeded,
-        absl::StrCat("timed out after ", FormatSeconds(op_timeout),
-                     " (KOLO_OP_TIMEOUT) waiting for ",
-                     RanksWhere(it->second, /*submitted=*/false),
-                     " to submit it"),
-        now);
+    FailPending(it->first, it->second, absl::StatusCode::kDeadlineExceeded,
+                absl::StrCat("timed out after ", FormatSeconds(op_timeout),
+                             " (KOLO_OP_TIMEOUT) waiting for ",
+                             RanksWhere(it->second, /*submitted=*/false),
+                             " to submit it"),
+                now);
     ErasePending(it);
   }
 }
@@ -682,8 +684,8 @@ std::vector<std::string> Coordinator::StallReport(absl::Duration check_time,
   return lines;
 }
 
-std::optional<std::string> Coordinator::StalledPast(absl::Duration shutdown_time,
-                                                    absl::Time now) {
+std::optional<std::string> Coordinator::StalledPast(
+    absl::Duration shutdown_time, absl::Time now) {
   if (now - OldestPending() < shutdown_time) return std::nullopt;
   if (now - OldestHit() >= shutdown_time) MaterializeHits();
   for (absl::string_view name : SortedPendingNames()) {

@@ -14,7 +14,8 @@
 //    splits must agree): a response, or an ERROR response naming the tensor,
 //    the ranks and their values. Members of a grouped allreduce wait for the
 //    whole group and fail together.
-// 3. Ready responses are fused (runtime/negotiation/fusion.h) into one ResponseList,
+// 3. Ready responses are fused (runtime/negotiation/fusion.h) into one
+// ResponseList,
 //    numbered per set, sent to every rank of the set; every rank executes
 //    the lists in the order sent, so collectives run in one order. While
 //    some names are only partly submitted, the coordinator holds ready names
@@ -43,8 +44,8 @@
 
 #include "absl/base/optimization.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/container/inlined_vector.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "runtime/negotiation/response_cache.h"
@@ -88,7 +89,8 @@ class Coordinator {
   // Stall inspector: one line per rank that is holding back names pending
   // longer than `check_time` and not reported before, e.g.
   // "rank 1: [grad/a, grad/b]".
-  std::vector<std::string> StallReport(absl::Duration check_time, absl::Time now);
+  std::vector<std::string> StallReport(absl::Duration check_time,
+                                       absl::Time now);
   // A message if some name has been pending longer than `shutdown_time`.
   std::optional<std::string> StalledPast(absl::Duration shutdown_time,
                                          absl::Time now);
@@ -201,7 +203,7 @@ class Coordinator {
     Hits* FindInMap(int64_t id);
     const size_t window_size_;
     std::vector<Hits> window_;  // empty, or window_size_ entries
-    int64_t base_ = -1;  // id of window_[0]; -1: no entry in the window
+    int64_t base_ = -1;         // id of window_[0]; -1: no entry in the window
     int in_window_ = 0;
     size_t used_ = 0;  // window_[used_...] never held an entry since base_
     absl::node_hash_map<int64_t, Hits> others_;
@@ -226,8 +228,7 @@ class Coordinator {
   void AddHit(int rank, int64_t id, Hits& hits, absl::Time now);
   // AddHit for several ranks at once: (word, bits) of Hits::ranks.
   using RankWords = absl::InlinedVector<std::pair<int, uint64_t>, 2>;
-  void AddHits(const RankWords& words, int64_t id, Hits& hits,
-               absl::Time now);
+  void AddHits(const RankWords& words, int64_t id, Hits& hits, absl::Time now);
   // Whether an error made after `acked_seq` takes `name`'s request (Note
   // [Requests an error will take]).
   bool TakenByError(const std::string& name, int64_t acked_seq) const;

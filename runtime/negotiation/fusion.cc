@@ -56,7 +56,8 @@ std::vector<std::vector<size_t>> PlanBuckets(
     if (!placed) {
       buckets.push_back({i});
       bucket_bytes.push_back(bytes);
-      open.push_back(r.type() != wire::RESPONSE_ERROR && bytes < threshold_bytes);
+      open.push_back(r.type() != wire::RESPONSE_ERROR &&
+                     bytes < threshold_bytes);
     }
   }
   return buckets;
@@ -69,7 +70,8 @@ wire::Response FuseBucket(const std::vector<const wire::Response*>& ready,
     fused.mutable_names()->Reserve(static_cast<int>(members.size()));
     fused.mutable_elements()->Reserve(static_cast<int>(members.size()));
   }
-  for (size_t k = 1; k < members.size(); ++k) Append(&fused, *ready[members[k]]);
+  for (size_t k = 1; k < members.size(); ++k)
+    Append(&fused, *ready[members[k]]);
   return fused;
 }
 

@@ -107,9 +107,9 @@ void HostBatch::Take(wire::HostRequests* out, int64_t* host_hits) {
     std::sort(host_ids_.begin(), host_ids_.end());
     auto is_host_id = [&](int64_t id) {
       auto it = batch_.find(id);
-      return it != batch_.end() && std::binary_search(
-                                       host_ids_.begin(), host_ids_.end(),
-                                       std::make_pair(it->second.acked, id));
+      return it != batch_.end() &&
+             std::binary_search(host_ids_.begin(), host_ids_.end(),
+                                std::make_pair(it->second.acked, id));
     };
     for (wire::RelayedList& relayed : lists_) {
       wire::RequestList& list = *relayed.mutable_list();

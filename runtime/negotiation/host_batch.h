@@ -82,7 +82,7 @@ class HostBatch {
                                                               uint64_t mask);
 
   const std::vector<int> host_;
-  const bool anded_;   // at most 64 ranks: a bit each
+  const bool anded_;  // at most 64 ranks: a bit each
   const uint64_t all_;
   std::vector<wire::RelayedList> lists_;
   absl::Time since_ = absl::InfiniteFuture();

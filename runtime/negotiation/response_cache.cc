@@ -19,8 +19,7 @@ bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 template <typename Repeated>
 bool SameElements(const Repeated& a, const Repeated& b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin());
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin());
 }
 
 }  // namespace
@@ -38,8 +37,7 @@ bool SameRequest(const wire::Request& a, const wire::Request& b) {
          SameElements(a.shape(), b.shape()) &&
          SameElements(a.splits(), b.splits()) &&
          SameElements(a.member_ranks(), b.member_ranks()) &&
-         a.group() == b.group() &&
-         a.name() == b.name();
+         a.group() == b.group() && a.name() == b.name();
 }
 
 bool ResponseCache::Cacheable(const wire::Request& r) {
@@ -182,8 +180,7 @@ void AddCacheHits(std::vector<int64_t>* ids, wire::RequestList* list,
   // Bits: 8 bytes per 64 ids of the span; a list: a tag and about one or
   // two bytes per id. Bits when they are not bigger (and a few ids).
   const uint64_t words = (span + 63) / 64;
-  const bool compact_list =
-      ids->size() < 8 || words * 8 > ids->size() * 2;
+  const bool compact_list = ids->size() < 8 || words * 8 > ids->size() * 2;
   if (first < 0 || encoding == HitEncoding::kList ||
       (encoding == HitEncoding::kCompact && compact_list)) {
     for (int64_t id : *ids) list->add_cached_ids(id);

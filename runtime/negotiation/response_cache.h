@@ -124,8 +124,9 @@ class ResponseCache {
 
  private:
   struct Entry {
-    std::shared_ptr<const wire::Request> request;    // canonical: rank cleared
-    std::shared_ptr<const wire::Response> response;  // what the coordinator would build
+    std::shared_ptr<const wire::Request> request;  // canonical: rank cleared
+    std::shared_ptr<const wire::Response>
+        response;  // what the coordinator would build
     std::list<int64_t>::iterator lru;
   };
   void Evict(int64_t id, int64_t seq);

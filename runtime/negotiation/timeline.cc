@@ -41,7 +41,8 @@ const char* OperationPhase(int response_type) {
 
 absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
   MutexLock lifecycle(&lifecycle_mu_);
-  if (enabled()) return absl::FailedPreconditionError("the timeline is already on");
+  if (enabled())
+    return absl::FailedPreconditionError("the timeline is already on");
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (!file) {
     return absl::InvalidArgumentError(
@@ -103,14 +104,16 @@ void Timeline::End(const std::string& tensor, const char* phase) {
   if (!enabled()) return;
   auto now = std::chrono::steady_clock::now() - start_;
   Push({'E', tensor, phase,
-        std::chrono::duration_cast<std::chrono::microseconds>(now).count(), ""});
+        std::chrono::duration_cast<std::chrono::microseconds>(now).count(),
+        ""});
 }
 
 void Timeline::Marker(const char* name) {
   if (!enabled()) return;
   auto now = std::chrono::steady_clock::now() - start_;
   Push({'i', "", name,
-        std::chrono::duration_cast<std::chrono::microseconds>(now).count(), ""});
+        std::chrono::duration_cast<std::chrono::microseconds>(now).count(),
+        ""});
 }
 
 void Timeline::WriterLoop() {
@@ -152,8 +155,9 @@ void Timeline::Write(const Event& e) {
                       "\"}},\n");
     }
     absl::StrAppend(&out, "{\"name\": \"", e.phase, "\", \"ph\": \"",
-                    std::string(1, e.type), "\", \"pid\": 0, \"tid\": ",
-                    it->second, ", \"ts\": ", e.micros);
+                    std::string(1, e.type),
+                    "\", \"pid\": 0, \"tid\": ", it->second,
+                    ", \"ts\": ", e.micros);
     if (!e.args.empty()) absl::StrAppend(&out, ", \"args\": {", e.args, "}");
     out += "}";
   }

@@ -19,7 +19,8 @@ namespace {
 // If the values differ between ranks, returns "what mismatch: rank 0 has X;
 // ranks 1, 2 have Y" (ranks grouped by value, in order of first rank).
 std::optional<std::string> Mismatch(
-    const std::string& what, const std::vector<std::pair<int, std::string>>& values) {
+    const std::string& what,
+    const std::vector<std::pair<int, std::string>>& values) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
   for (const auto& [rank, value] : values) {
     bool found = false;
@@ -135,9 +136,9 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
                               : "cuda");
                     })) ||
       (err = a.Same("group", [](const wire::Request& r) {
-         return r.group().empty() ? std::string("no group")
-                                  : absl::StrCat("group \"", r.group(), "\"");
-       }))) {
+        return r.group().empty() ? std::string("no group")
+                                 : absl::StrCat("group \"", r.group(), "\"");
+      }))) {
     return *err;
   }
   const CollectiveRules* rules = RulesFor(first.type());
@@ -150,10 +151,10 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
       int64_t count = 1;
       for (int64_t d : r->shape()) {
         if (d < 0 || __builtin_mul_overflow(count, d, &count)) {
-          return a.Error(absl::StatusCode::kInvalidArgument,
-                         absl::StrCat("rank ", a.label(i), " sent the shape ",
-                                      ShapeOf(*r),
-                                      ", which holds no valid element count"));
+          return a.Error(
+              absl::StatusCode::kInvalidArgument,
+              absl::StrCat("rank ", a.label(i), " sent the shape ", ShapeOf(*r),
+                           ", which holds no valid element count"));
         }
       }
     }
@@ -170,11 +171,11 @@ wire::Response BuildResponse(const std::vector<const wire::Request*>& by_rank,
     for (int i = 0; i < a.size(); ++i) {
       if (!a.request(i)) joined.push_back(a.label(i));
     }
-    return a.Error(absl::StatusCode::kFailedPrecondition,
-                   absl::StrCat(RankList(joined),
-                                joined.size() == 1 ? " has" : " have",
-                                " joined; while ranks have joined only sum "
-                                "and average allreduces run"));
+    return a.Error(
+        absl::StatusCode::kFailedPrecondition,
+        absl::StrCat(RankList(joined), joined.size() == 1 ? " has" : " have",
+                     " joined; while ranks have joined only sum "
+                     "and average allreduces run"));
   }
 
   wire::Response resp;

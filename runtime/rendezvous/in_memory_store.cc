@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "runtime/util/format.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 namespace {

@@ -16,8 +16,8 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <sstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -98,7 +98,8 @@ int main() {
         at::arange(24, at::kDouble).remainder(7).reshape({4, 6}).to(dtype);
     const at::Tensor x = host.to(gpu);
     Check("allreduce sum " + d, [&] {
-      at::Tensor y = ctx->allreduce(x, kt::AllreduceOptions().op(kolo::ReduceOp::kSum));
+      at::Tensor y =
+          ctx->allreduce(x, kt::AllreduceOptions().op(kolo::ReduceOp::kSum));
       Expect(y.device() == gpu, "result not on cuda:0");
       ExpectEqual(y, host, "sum over one rank");
     });
@@ -113,68 +114,73 @@ int main() {
     if (Floating(dtype)) {
       Check("allreduce average and scaling " + d, [&] {
         ExpectEqual(ctx->allreduce(x), host, "average");
-        at::Tensor y = ctx->allreduce(
-            x, kt::AllreduceOptions().op(kolo::ReduceOp::kSum).prescale(2.0).postscale(0.5));
+        at::Tensor y = ctx->allreduce(x, kt::AllreduceOptions()
+                                             .op(kolo::ReduceOp::kSum)
+                                             .prescale(2.0)
+                                             .postscale(0.5));
         ExpectEqual(y, host, "prescale 2, postscale 0.5");
       });
     }
-    Check("allgather " + d, [&] {
-      ExpectEqual(ctx->allgather(x), host, "allgather");
-    });
+    Check("allgather " + d,
+          [&] { ExpectEqual(ctx->allgather(x), host, "allgather"); });
     Check("broadcast " + d, [&] {
       at::Tensor y = x.clone();
       ctx->broadcast_(y, kt::BroadcastOptions().root(0));
       ExpectEqual(y, host, "broadcast");
     });
-    Check("alltoall " + d, [&] {
-      ExpectEqual(ctx->alltoall(x), host, "alltoall");
-    });
+    Check("alltoall " + d,
+          [&] { ExpectEqual(ctx->alltoall(x), host, "alltoall"); });
     Check("reducescatter " + d, [&] {
-      ExpectEqual(
-          ctx->reducescatter(x, kt::ReducescatterOptions().op(kolo::ReduceOp::kSum)),
-          host, "reducescatter");
+      ExpectEqual(ctx->reducescatter(
+                      x, kt::ReducescatterOptions().op(kolo::ReduceOp::kSum)),
+                  host, "reducescatter");
     });
   }
 
-  Check("many small CUDA tensors fused, with CPU tensors in the same step", [&] {
-    std::vector<at::Tensor> gpu_in, cpu_in;
-    std::vector<kt::Handle> handles;
-    for (int i = 0; i < 64; ++i) {
-      gpu_in.push_back(at::full({100 + i}, float(i), at::TensorOptions(gpu)));
-      cpu_in.push_back(at::full({50 + i}, float(-i)));
-      handles.push_back(ctx->allreduce_async(
-          gpu_in.back(), kt::AllreduceOptions().op(kolo::ReduceOp::kSum)));
-      handles.push_back(ctx->allreduce_async(
-          cpu_in.back(), kt::AllreduceOptions().op(kolo::ReduceOp::kSum)));
-    }
-    for (int i = 0; i < 64; ++i) {
-      at::Tensor g = handles[2 * i].wait();
-      at::Tensor c = handles[2 * i + 1].wait();
-      Expect(g.is_cuda() && c.is_cpu(), "results on the wrong devices");
-      ExpectEqual(g, gpu_in[i].cpu(), "gpu tensor " + std::to_string(i));
-      ExpectEqual(c, cpu_in[i], "cpu tensor " + std::to_string(i));
-    }
-  });
+  Check(
+      "many small CUDA tensors fused, with CPU tensors in the same step", [&] {
+        std::vector<at::Tensor> gpu_in, cpu_in;
+        std::vector<kt::Handle> handles;
+        for (int i = 0; i < 64; ++i) {
+          gpu_in.push_back(
+              at::full({100 + i}, float(i), at::TensorOptions(gpu)));
+          cpu_in.push_back(at::full({50 + i}, float(-i)));
+          handles.push_back(ctx->allreduce_async(
+              gpu_in.back(), kt::AllreduceOptions().op(kolo::ReduceOp::kSum)));
+          handles.push_back(ctx->allreduce_async(
+              cpu_in.back(), kt::AllreduceOptions().op(kolo::ReduceOp::kSum)));
+        }
+        for (int i = 0; i < 64; ++i) {
+          at::Tensor g = handles[2 * i].wait();
+          at::Tensor c = handles[2 * i + 1].wait();
+          Expect(g.is_cuda() && c.is_cpu(), "results on the wrong devices");
+          ExpectEqual(g, gpu_in[i].cpu(), "gpu tensor " + std::to_string(i));
+          ExpectEqual(c, cpu_in[i], "cpu tensor " + std::to_string(i));
+        }
+      });
 
-  Check("a tensor still being computed on the stream is read once written", [&] {
-    // Queue a long chain of kernels, then submit its result at once.
-    at::Tensor a = at::rand({2048, 2048}, at::TensorOptions(gpu));
-    at::Tensor b = a;
-    for (int i = 0; i < 20; ++i) b = at::matmul(b, a).div_(2048.0);
-    at::Tensor expected = b.cpu();  // (synchronises; b's value is fixed)
-    at::Tensor c = a;
-    for (int i = 0; i < 20; ++i) c = at::matmul(c, a).div_(2048.0);
-    at::Tensor y = ctx->allreduce(c, kt::AllreduceOptions().op(kolo::ReduceOp::kSum));
-    // Read too early, it would hold another chain's values or garbage.
-    Expect(at::allclose(y.cpu(), expected, 1e-4, 1e-6),
-           "allreduce of a queued result differs from its value");
-  });
+  Check(
+      "a tensor still being computed on the stream is read once written", [&] {
+        // Queue a long chain of kernels, then submit its result at once.
+        at::Tensor a = at::rand({2048, 2048}, at::TensorOptions(gpu));
+        at::Tensor b = a;
+        for (int i = 0; i < 20; ++i) b = at::matmul(b, a).div_(2048.0);
+        at::Tensor expected = b.cpu();  // (synchronises; b's value is fixed)
+        at::Tensor c = a;
+        for (int i = 0; i < 20; ++i) c = at::matmul(c, a).div_(2048.0);
+        at::Tensor y =
+            ctx->allreduce(c, kt::AllreduceOptions().op(kolo::ReduceOp::kSum));
+        // Read too early, it would hold another chain's values or garbage.
+        Expect(at::allclose(y.cpu(), expected, 1e-4, 1e-6),
+               "allreduce of a queued result differs from its value");
+      });
 
   Check("DistributedOptimizer on a CUDA model matches plain training", [&] {
     torch::manual_seed(7);
     torch::nn::Sequential model(torch::nn::Linear(32, 64), torch::nn::ReLU(),
                                 torch::nn::Linear(64, 10));
-    torch::nn::Sequential reference(torch::nn::Linear(32, 64), torch::nn::ReLU(),
+    torch::nn::Sequential reference(torch::nn::Linear(32, 64),
+                                    torch::nn::ReLU(),
                                     torch::nn::Linear(64, 10));
     for (size_t i = 0; i < model->parameters().size(); ++i) {
       torch::NoGradGuard no_grad;
@@ -187,15 +193,19 @@ int main() {
                                             torch::optim::SGDOptions(0.1)),
         model->named_parameters(),
         kt::DistributedOptimizerOptions().context(ctx));
-    torch::optim::SGD ref_opt(reference->parameters(), torch::optim::SGDOptions(0.1));
+    torch::optim::SGD ref_opt(reference->parameters(),
+                              torch::optim::SGDOptions(0.1));
     for (int step = 0; step < 5; ++step) {
       at::Tensor in = at::rand({16, 32}, at::TensorOptions(gpu));
-      at::Tensor target = at::randint(0, 10, {16}, at::TensorOptions(gpu).dtype(at::kLong));
+      at::Tensor target =
+          at::randint(0, 10, {16}, at::TensorOptions(gpu).dtype(at::kLong));
       opt.zero_grad();
-      torch::nn::functional::cross_entropy(model->forward(in), target).backward();
+      torch::nn::functional::cross_entropy(model->forward(in), target)
+          .backward();
       opt.step();
       ref_opt.zero_grad();
-      torch::nn::functional::cross_entropy(reference->forward(in), target).backward();
+      torch::nn::functional::cross_entropy(reference->forward(in), target)
+          .backward();
       ref_opt.step();
     }
     for (size_t i = 0; i < model->parameters().size(); ++i) {

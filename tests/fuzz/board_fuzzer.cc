@@ -39,11 +39,11 @@ void Check(bool ok, const char* what) {
 bool Always() { return true; }
 
 struct Rank {
-  std::set<int64_t> in_flight;      // submitted, not executed
-  std::map<int64_t, int> submitted; // times each id was submitted
-  std::vector<int64_t> unsent;      // submitted, not yet sent
-  uint64_t cursor = 0;              // log records executed
-  std::vector<int64_t> executed;    // in order
+  std::set<int64_t> in_flight;                  // submitted, not executed
+  std::map<int64_t, int> submitted;             // times each id was submitted
+  std::vector<int64_t> unsent;                  // submitted, not yet sent
+  uint64_t cursor = 0;                          // log records executed
+  std::vector<int64_t> executed;                // in order
   std::deque<std::vector<int64_t>> in_transit;  // lists to the coordinator
 };
 
@@ -226,13 +226,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t id = arg >= 200 ? arg % 4 + HitBoardShared::kSlots : arg;
     switch ((data[i] / n) % 10) {
       case 0:
-      case 1: job.Submit(r, id); break;
-      case 2: job.Send(r); break;
-      case 3: job.Execute(r); break;
-      case 4: job.Deliver(r); break;
-      case 5: job.MakeList(); break;
-      case 6: job.TryOpen(); break;
-      case 7: job.Flush(r); break;
+      case 1:
+        job.Submit(r, id);
+        break;
+      case 2:
+        job.Send(r);
+        break;
+      case 3:
+        job.Execute(r);
+        break;
+      case 4:
+        job.Deliver(r);
+        break;
+      case 5:
+        job.MakeList();
+        break;
+      case 6:
+        job.TryOpen();
+        break;
+      case 7:
+        job.Flush(r);
+        break;
       case 8:
         for (int k = 0; k < 1 + arg % 64; ++k) job.MakeList(/*empty=*/true);
         break;

@@ -10,10 +10,10 @@
 // a host whose leader relays their lists (Note [Host relay]: HostBatch
 // takes out the ids both sent, Coordinator::AddHostHits counts them), sent
 // on before rank 0's next list and whenever the coordinator's state is
-// looked at; its ranks have caches of their own. It must make ready the same names with the same outcomes
-// (the order within a list may differ), report the same stalls and keep
-// every one of its ranks' caches its own. Any difference aborts (a
-// finding).
+// looked at; its ranks have caches of their own. It must make ready the same
+// names with the same outcomes (the order within a list may differ), report the
+// same stalls and keep every one of its ranks' caches its own. Any difference
+// aborts (a finding).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -148,9 +148,9 @@ wire::RequestList SubmitList(Rank& rank, const wire::Request& request, int op) {
   list.set_acked_seq(rank.executed_seq);
   std::vector<int64_t> id = {rank.cache.Lookup(request)};
   if (id[0] >= 0) {
-    kolo::AddCacheHits(&id, &list,
-                       op == 1 ? kolo::HitEncoding::kBits
-                               : kolo::HitEncoding::kList);
+    kolo::AddCacheHits(
+        &id, &list,
+        op == 1 ? kolo::HitEncoding::kBits : kolo::HitEncoding::kList);
   } else {
     *list.add_requests() = request;
   }
@@ -207,8 +207,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0:
       case 1: {  // Submit a name in one of two signatures.
         if (rank.gone || rank.joined) break;
-        const wire::Request request = Request(r, (arg / kRanks) % kNames,
-                                              (arg / (kRanks * kNames)) % 2);
+        const wire::Request request =
+            Request(r, (arg / kRanks) % kNames, (arg / (kRanks * kNames)) % 2);
         if (rank.in_flight.count(request.name())) break;  // Rejected locally.
         send(r, SubmitList(rank, request, op));
         relayed.Send(r, SubmitList(twin, request, op), now);
@@ -221,7 +221,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3:
         take();
         break;
-      case 4: {  // Time passes; the op time-out runs.
+      case 4: {              // Time passes; the op time-out runs.
         relayed.Flush(now);  // (Everything sent arrives before time passes.)
         now += absl::Milliseconds(100 * (arg % 16));
         bits.ExpireOlderThan(absl::Seconds(1), now);
@@ -240,8 +240,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto report = bits.StallReport(absl::Milliseconds(500), now);
         Check(report == slots.StallReport(absl::Milliseconds(500), now),
               "the stall reports differ");
-        Check(report == relayed.coordinator.StallReport(
-                            absl::Milliseconds(500), now),
+        Check(report ==
+                  relayed.coordinator.StallReport(absl::Milliseconds(500), now),
               "the stall reports differ through the relay");
         const auto stalled = bits.StalledPast(absl::Milliseconds(700), now);
         Check(stalled == slots.StalledPast(absl::Milliseconds(700), now),

@@ -5,8 +5,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,8 +38,10 @@ int FreePort() {
 }
 
 std::string Describe(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status));
+  if (WIFEXITED(status))
+    return absl::StrCat("exited with code ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status))
+    return absl::StrCat("was killed by signal ", WTERMSIG(status));
   return absl::StrCat("wait status ", status);
 }
 
@@ -50,15 +52,14 @@ std::vector<int> RunJob(const std::string& holder, int port) {
     const pid_t pid = fork();
     if (pid == 0) {
       const std::vector<std::string> env = {
-          absl::StrCat("KOLO_RANK=", rank), "KOLO_SIZE=2",
-          "KOLO_HOST_STORE=1", absl::StrCat("KOLO_RENDEZVOUS_PORT=", port),
+          absl::StrCat("KOLO_RANK=", rank), "KOLO_SIZE=2", "KOLO_HOST_STORE=1",
+          absl::StrCat("KOLO_RENDEZVOUS_PORT=", port),
           "KOLO_SECRET=exit-after-error-test-secret",
           // Heartbeats every ~12 ms: the control plane's threads send and
           // read MAC'd frames while the process exits.
           "KOLO_OP_TIMEOUT=0.1", "KOLO_START_TIMEOUT=20",
           // The control channel over TCP, MAC'd frame by frame.
-          "KOLO_SHM=0",
-          "KOLO_LOG_LEVEL=fatal"};
+          "KOLO_SHM=0", "KOLO_LOG_LEVEL=fatal"};
       for (const std::string& e : env) putenv(strdup(e.c_str()));
       execl(g_worker.c_str(), g_worker.c_str(), holder.c_str(),
             static_cast<char*>(nullptr));

@@ -28,10 +28,14 @@ int main(int argc, char** argv) {
   bool block_sigterm = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--pid-dir" && i + 1 < argc) pid_dir = argv[++i];
-    else if (arg == "--fault-rank" && i + 1 < argc) fault_rank = std::atoi(argv[++i]);
-    else if (arg == "--fault" && i + 1 < argc) fault = argv[++i];
-    else if (arg == "--block-sigterm") block_sigterm = true;
+    if (arg == "--pid-dir" && i + 1 < argc)
+      pid_dir = argv[++i];
+    else if (arg == "--fault-rank" && i + 1 < argc)
+      fault_rank = std::atoi(argv[++i]);
+    else if (arg == "--fault" && i + 1 < argc)
+      fault = argv[++i];
+    else if (arg == "--block-sigterm")
+      block_sigterm = true;
     else {
       std::fprintf(stderr, "fault_worker: unknown argument %s\n", arg.c_str());
       return 2;
@@ -45,11 +49,13 @@ int main(int argc, char** argv) {
   }
   auto options = kolo::Runtime::OptionsFromEnvironment();
   if (!options.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(options.status().message()).c_str());
+    std::fprintf(stderr, "%s\n",
+                 std::string(options.status().message()).c_str());
     return 1;
   }
   if (!pid_dir.empty()) {
-    std::ofstream(pid_dir + "/" + std::to_string(options->rank)) << getpid() << "\n";
+    std::ofstream(pid_dir + "/" + std::to_string(options->rank))
+        << getpid() << "\n";
   }
   auto rt = kolo::Runtime::Create(*options);
   if (!rt.ok()) {
@@ -60,7 +66,8 @@ int main(int argc, char** argv) {
   float data[16] = {0};
   kolo::AllreduceRequest req;
   req.name = "fault/victim";
-  req.input = req.output = kolo::TensorView(data, kolo::DataType::kFloat32, {16});
+  req.input = req.output =
+      kolo::TensorView(data, kolo::DataType::kFloat32, {16});
   // Everybody first completes one allreduce, so the fault happens in a
   // running job.
   req.name = "fault/warmup";
@@ -69,7 +76,8 @@ int main(int argc, char** argv) {
   if (!s.ok()) {
     // The faulty rank finished its part of the warm-up and failed while this
     // rank was still in it: the error must name it all the same.
-    std::printf("rank %d error: %s\n", (*rt)->rank(), std::string(s.message()).c_str());
+    std::printf("rank %d error: %s\n", (*rt)->rank(),
+                std::string(s.message()).c_str());
     std::fflush(stdout);
     (*rt)->Abort();
     return std::string(s.message()).find(named) != std::string::npos ? 0 : 1;
@@ -92,7 +100,8 @@ int main(int argc, char** argv) {
   s = work.ok() ? work->Wait() : work.status();
   std::printf("rank %d error: %s\n", rank, std::string(s.message()).c_str());
   std::fflush(stdout);
-  const bool ok = !s.ok() && std::string(s.message()).find(named) != std::string::npos;
+  const bool ok =
+      !s.ok() && std::string(s.message()).find(named) != std::string::npos;
   (*rt)->Abort();
   return ok ? 0 : 1;
 }

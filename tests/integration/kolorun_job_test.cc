@@ -31,9 +31,9 @@ using Result = kolo::testing::CommandResult;
 using kolo::testing::RunCommand;
 
 std::string MakeTempDir() {
-  std::string tmpl = std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR")
-                                                       : "/tmp") +
-                     "/kolo_pids_XXXXXX";
+  std::string tmpl =
+      std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") +
+      "/kolo_pids_XXXXXX";
   return mkdtemp(tmpl.data());
 }
 
@@ -43,14 +43,14 @@ void ExpectNoWorkerLeft(const std::string& dir, int np) {
     std::ifstream in(dir + "/" + std::to_string(r));
     pid_t pid = 0;
     if (!(in >> pid)) continue;  // never started far enough to record
-    EXPECT_NE(kill(pid, 0), 0) << "worker rank " << r << " (pid " << pid
-                               << ") is still alive";
+    EXPECT_NE(kill(pid, 0), 0)
+        << "worker rank " << r << " (pid " << pid << ") is still alive";
   }
 }
 
 TEST(KolorunJob, FourRanks500TensorsExactAndBitwiseIdentical) {
   Result r = RunCommand({g_kolorun, "-np", "4", g_demo, "--tensors", "500",
-                  "--iterations", "2", "--max-elements", "65536"});
+                         "--iterations", "2", "--max-elements", "65536"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex ok_line(R"(\[(\d)\] OK rank (\d) of 4: .* checksum ([0-9a-f]+))");
   std::set<std::string> ranks, checksums;
@@ -61,13 +61,14 @@ TEST(KolorunJob, FourRanks500TensorsExactAndBitwiseIdentical) {
     checksums.insert((*it)[3]);
   }
   EXPECT_EQ(ranks.size(), 4u) << r.output;
-  EXPECT_EQ(checksums.size(), 1u) << "results differ between ranks:\n" << r.output;
+  EXPECT_EQ(checksums.size(), 1u) << "results differ between ranks:\n"
+                                  << r.output;
 }
 
 TEST(KolorunJob, WorkerExitingWithThreeFailsTheJobAndLeavesNothing) {
   const std::string dir = MakeTempDir();
-  Result r = RunCommand({g_kolorun, "-np", "4", g_fault_worker, "--pid-dir", dir,
-                  "--fault-rank", "2", "--fault", "exit3"});
+  Result r = RunCommand({g_kolorun, "-np", "4", g_fault_worker, "--pid-dir",
+                         dir, "--fault-rank", "2", "--fault", "exit3"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.exit_code, -1) << "kolorun hung:\n" << r.output;
   EXPECT_THAT(r.output, HasSubstr("rank 2"));
@@ -77,9 +78,9 @@ TEST(KolorunJob, WorkerExitingWithThreeFailsTheJobAndLeavesNothing) {
 
 TEST(KolorunJob, SigkilledWorkerIsNamedByEverySurvivor) {
   const std::string dir = MakeTempDir();
-  Result r = RunCommand({g_kolorun, "-np", "4", "--grace-period", "20", g_fault_worker,
-                  "--pid-dir", dir, "--fault-rank", "1", "--fault", "sigkill",
-                  "--block-sigterm"});
+  Result r = RunCommand({g_kolorun, "-np", "4", "--grace-period", "20",
+                         g_fault_worker, "--pid-dir", dir, "--fault-rank", "1",
+                         "--fault", "sigkill", "--block-sigterm"});
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.exit_code, -1) << "kolorun hung:\n" << r.output;
   // The launcher names the first failure...
@@ -92,8 +93,9 @@ TEST(KolorunJob, SigkilledWorkerIsNamedByEverySurvivor) {
         << r.output;
   }
   std::regex lost(R"(\[\d\] rank \d error: [^\n]*rank 1 lost)");
-  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), lost),
-                          std::sregex_iterator()),
+  EXPECT_EQ(std::distance(
+                std::sregex_iterator(r.output.begin(), r.output.end(), lost),
+                std::sregex_iterator()),
             3)
       << r.output;
   ExpectNoWorkerLeft(dir, 4);
@@ -107,8 +109,9 @@ TEST(KolorunJob, KilledCoordinatorIsReportedAsLostCoordinator) {
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.exit_code, -1) << "kolorun hung:\n" << r.output;
   std::regex lost(R"(\[\d\] rank \d error: [^\n]*lost coordinator \(rank 0\))");
-  EXPECT_EQ(std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), lost),
-                          std::sregex_iterator()),
+  EXPECT_EQ(std::distance(
+                std::sregex_iterator(r.output.begin(), r.output.end(), lost),
+                std::sregex_iterator()),
             2)
       << r.output;
   ExpectNoWorkerLeft(dir, 3);
@@ -137,8 +140,8 @@ TEST(KolorunJob, StalledRankIsNamedThenTheJobFails) {
 TEST(KolorunJob, HorovodParityCollectivesInRealProcesses) {
   const std::string timeline = MakeTempDir() + "/timeline.json";
   Result r = RunCommand({"/usr/bin/env", "KOLO_TIMELINE=" + timeline,
-                         "KOLO_TIMELINE_MARK_CYCLES=1", g_kolorun,
-                         "-np", "4", g_parity_worker});
+                         "KOLO_TIMELINE_MARK_CYCLES=1", g_kolorun, "-np", "4",
+                         g_parity_worker});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::regex ok_line(R"(\[(\d)\] PARITY OK rank \d join last (\d))");
   std::set<std::string> ranks, lasts;

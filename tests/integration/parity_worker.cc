@@ -16,7 +16,8 @@ int Fail(const std::string& what) {
   return 1;
 }
 
-bool Run(kolo::Runtime& rt, absl::StatusOr<kolo::Work> work, std::string* error) {
+bool Run(kolo::Runtime& rt, absl::StatusOr<kolo::Work> work,
+         std::string* error) {
   absl::Status s = work.ok() ? work->Wait(absl::Seconds(60)) : work.status();
   if (!s.ok()) *error = std::string(s.message());
   return s.ok();
@@ -39,7 +40,8 @@ int main() {
   kolo::AlltoallRequest a2a;
   a2a.name = "a2a";
   a2a.input = kolo::TensorView(in.data(), kolo::DataType::kFloat32, {n});
-  a2a.allocator = [&out](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
+  a2a.allocator =
+      [&out](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
     out.resize(shape[0]);
     return static_cast<void*>(out.data());
   };
@@ -71,10 +73,12 @@ int main() {
     std::vector<kolo::AllreduceRequest> group(2);
     group[0].name = "g/x";
     group[0].process_set = *set;
-    group[0].input = group[0].output = kolo::TensorView(x.data(), kolo::DataType::kInt32, {3});
+    group[0].input = group[0].output =
+        kolo::TensorView(x.data(), kolo::DataType::kInt32, {3});
     group[1].name = "g/y";
     group[1].process_set = *set;
-    group[1].input = group[1].output = kolo::TensorView(y.data(), kolo::DataType::kInt32, {2});
+    group[1].input = group[1].output =
+        kolo::TensorView(y.data(), kolo::DataType::kInt32, {2});
     if (!Run(rt, rt.GroupedAllreduce(group), &error)) return Fail(error);
     int even_sum = 0;
     for (int r : evens) even_sum += r;
@@ -91,7 +95,8 @@ int main() {
     kolo::AllreduceRequest req;
     req.name = "step" + std::to_string(step);
     req.op = kolo::ReduceOp::kAverage;
-    req.input = req.output = kolo::TensorView(&v, kolo::DataType::kFloat32, {1});
+    req.input = req.output =
+        kolo::TensorView(&v, kolo::DataType::kFloat32, {1});
     if (!Run(rt, rt.Allreduce(req), &error)) return Fail(error);
     const bool joined = step >= 5 && n > 1;
     const float want = joined ? ((n - 1) * n / 2.0f) / (n - 1) : (n + 1) / 2.0f;

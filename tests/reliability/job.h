@@ -139,7 +139,8 @@ class Job {
       return -1;
     }
     exit_ns_ = NowNs();
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    exit_code_ =
+        WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return exit_code_;
   }
   int64_t exit_ns() const { return exit_ns_; }

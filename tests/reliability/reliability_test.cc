@@ -41,7 +41,8 @@ TEST_F(Reliability, T01_KillNineDuringAllreduceLoop) {
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   for (int r : {0, 2, 3}) {
     std::string line;
-    const int64_t t = LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
+    const int64_t t =
+        LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
     ASSERT_GT(t, 0) << "rank " << r << " reported nothing:\n" << job->output();
     EXPECT_THAT(line, HasSubstr("rank 1"));
     std::printf("T1: rank %d reported the loss of rank 1 after %.3f s\n", r,
@@ -70,7 +71,8 @@ TEST_F(Reliability, T02_StoppedRankTimesOut) {
   ASSERT_EQ(kill(victim, SIGSTOP), 0);
   for (int r : {0, 1, 3}) {
     std::string line;
-    const int64_t t = LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
+    const int64_t t =
+        LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
     ASSERT_GT(t, 0) << job->output();
     EXPECT_THAT(line, HasSubstr("rank 2"));
     std::printf("T2: rank %d reported stopped rank 2 after %.3f s\n", r,
@@ -95,7 +97,9 @@ TEST_F(Reliability, T03_T04_MismatchesNameEveryRankAndTheJobGoesOn) {
       return std::regex_search(out, m, re) ? m.str(0) : std::string();
     };
     EXPECT_THAT(line("shape"), HasSubstr("code=INVALID_ARGUMENT"));
-    EXPECT_THAT(line("shape"), HasSubstr("ranks 0, 2, 3 have [17,17,17]; rank 1 has [18,18,18]"));
+    EXPECT_THAT(
+        line("shape"),
+        HasSubstr("ranks 0, 2, 3 have [17,17,17]; rank 1 has [18,18,18]"));
     EXPECT_THAT(line("dtype"), HasSubstr("rank 1 has int32"));
     EXPECT_THAT(line("op"), HasSubstr("rank 1 has max"));
     EXPECT_THAT(line("scale"), HasSubstr("postscale factor mismatch"));
@@ -108,9 +112,11 @@ TEST_F(Reliability, T03_T04_MismatchesNameEveryRankAndTheJobGoesOn) {
   ExpectNothingLeft(*job);
   // Invalid environment values fail at init, naming the variable.
   for (const char* bad : {"abc", "-1"}) {
-    auto env_job = Launch(4, {"mismatch"}, {absl::StrCat("KOLO_CYCLE_TIME=", bad)});
+    auto env_job =
+        Launch(4, {"mismatch"}, {absl::StrCat("KOLO_CYCLE_TIME=", bad)});
     EXPECT_NE(env_job->Wait(30), 0);
-    EXPECT_THAT(env_job->output(), HasSubstr(absl::StrCat("KOLO_CYCLE_TIME=\"", bad)));
+    EXPECT_THAT(env_job->output(),
+                HasSubstr(absl::StrCat("KOLO_CYCLE_TIME=\"", bad)));
     ExpectNothingLeft(*env_job);
   }
 }
@@ -130,7 +136,8 @@ TEST_F(Reliability, T05_StallIsNamedThenFailsTheJob) {
   std::printf("T5: stall warning after %.3f s\n", Seconds(warned - submitted));
   for (int r = 0; r < 4; ++r) {
     std::string line;
-    const int64_t t = LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
+    const int64_t t =
+        LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
     ASSERT_GT(t, 0) << job->output();
     EXPECT_THAT(line, HasSubstr("DEADLINE_EXCEEDED"));
     std::printf("T5: rank %d failed after %.3f s\n", r, Seconds(t - submitted));
@@ -153,7 +160,9 @@ TEST_F(Reliability, T06_DuplicateNameFailsAtOnce) {
     std::smatch m;
     const std::string out = job->output();
     ASSERT_TRUE(std::regex_search(
-        out, m, std::regex(absl::StrCat("DUPLICATE rank ", r, " ok=0 ns=(\\d+) msg=([^\\n]*)"))))
+        out, m,
+        std::regex(absl::StrCat("DUPLICATE rank ", r,
+                                " ok=0 ns=(\\d+) msg=([^\\n]*)"))))
         << out;
     EXPECT_THAT(m.str(2), HasSubstr("already in flight"));
     EXPECT_LT(std::stoll(m.str(1)), 100'000'000) << "not at once";
@@ -169,7 +178,8 @@ TEST_F(Reliability, T07_JoinWithUnevenData) {
   std::set<std::string> lasts;
   const std::string out = job->output();
   std::regex re("JOINED rank \\d last (\\d)");
-  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end;
+       ++it) {
     lasts.insert((*it)[1]);
   }
   EXPECT_EQ(lasts.size(), 1u) << out;
@@ -186,7 +196,8 @@ TEST_F(Reliability, T08_RankExitsBeforeRendezvous) {
   EXPECT_THAT(job->output(), HasSubstr("code 3"));
   std::printf("T8: kolorun reported rank 2 after %.3f s\n",
               Seconds(job->exit_ns() - job->start_ns()));
-  EXPECT_LE(job->exit_ns() - job->start_ns(), 10'000'000'000LL + 1'000'000'000LL);
+  EXPECT_LE(job->exit_ns() - job->start_ns(),
+            10'000'000'000LL + 1'000'000'000LL);
   ExpectNothingLeft(*job);
 }
 
@@ -228,7 +239,8 @@ TEST_F(Reliability, T09_T10_HostileBytesAndHygiene) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   auto job = Launch(4, {"hostile", "--fifo", fifo}, {"KOLO_OP_TIMEOUT=60"});
   std::smatch m;
-  ASSERT_TRUE(job->WaitFor("PORTS store=(\\d+) control=(\\d+)", 60, &m)) << job->output();
+  ASSERT_TRUE(job->WaitFor("PORTS store=(\\d+) control=(\\d+)", 60, &m))
+      << job->output();
   const int ports[2] = {std::stoi(m.str(1)), std::stoi(m.str(2))};
   const pid_t rank0 = WorkerPids(dir_, 4)[0];
   const std::string secret = SecretOf(rank0);
@@ -238,14 +250,16 @@ TEST_F(Reliability, T09_T10_HostileBytesAndHygiene) {
   for (int port : ports) {
     SCOPED_TRACE(absl::StrCat("port ", port));
     auto connect = [&] {
-      auto s = net::Socket::Connect("127.0.0.1", port, absl::Now() + absl::Seconds(10));
+      auto s = net::Socket::Connect("127.0.0.1", port,
+                                    absl::Now() + absl::Seconds(10));
       EXPECT_TRUE(s.ok()) << s.status();
       return std::move(*s);
     };
     {  // garbage instead of a handshake
       net::Socket s = connect();
       std::string junk(1000, '\x5a');
-      s.SendAll(junk.data(), junk.size(), absl::Now() + absl::Seconds(5)).IgnoreError();
+      s.SendAll(junk.data(), junk.size(), absl::Now() + absl::Seconds(5))
+          .IgnoreError();
       EXPECT_TRUE(ClosedWithin(s, 3.5)) << "garbage";
     }
     std::string captured_answer;
@@ -255,27 +269,35 @@ TEST_F(Reliability, T09_T10_HostileBytesAndHygiene) {
       ASSERT_FALSE(key.empty());
       std::string frame = EncodeFrame(key, 1, 0, "hello");
       frame.back() ^= 1;
-      s.SendAll(frame.data(), frame.size(), absl::Now() + absl::Seconds(5)).IgnoreError();
+      s.SendAll(frame.data(), frame.size(), absl::Now() + absl::Seconds(5))
+          .IgnoreError();
       EXPECT_TRUE(ClosedWithin(s, 3.5)) << "wrong MAC";
     }
     {  // length 2^31-1
       net::Socket s = connect();
       const std::string key = RawClientHandshake(s, secret);
       std::string header = BigEndian(0x7fffffff, 4) + BigEndian(0, 8);
-      s.SendAll(header.data(), header.size(), absl::Now() + absl::Seconds(5)).IgnoreError();
+      s.SendAll(header.data(), header.size(), absl::Now() + absl::Seconds(5))
+          .IgnoreError();
       EXPECT_TRUE(ClosedWithin(s, 3.5)) << "huge length";
     }
     {  // a replayed handshake answer: the server's nonce is fresh each time
       net::Socket first = connect();
       std::string ns(32, '\0');
-      ASSERT_TRUE(first.RecvAll(&ns[0], 32, absl::Now() + absl::Seconds(5)).ok());
+      ASSERT_TRUE(
+          first.RecvAll(&ns[0], 32, absl::Now() + absl::Seconds(5)).ok());
       std::string nc(32, 'c');
       std::string answer = nc + Hmac(secret, "kolo-client" + ns + nc);
-      first.SendAll(answer.data(), answer.size(), absl::Now() + absl::Seconds(5)).IgnoreError();
+      first
+          .SendAll(answer.data(), answer.size(), absl::Now() + absl::Seconds(5))
+          .IgnoreError();
       net::Socket second = connect();
       std::string ns2(32, '\0');
-      ASSERT_TRUE(second.RecvAll(&ns2[0], 32, absl::Now() + absl::Seconds(5)).ok());
-      second.SendAll(answer.data(), answer.size(), absl::Now() + absl::Seconds(5)).IgnoreError();
+      ASSERT_TRUE(
+          second.RecvAll(&ns2[0], 32, absl::Now() + absl::Seconds(5)).ok());
+      second
+          .SendAll(answer.data(), answer.size(), absl::Now() + absl::Seconds(5))
+          .IgnoreError();
       EXPECT_TRUE(ClosedWithin(second, 3.5)) << "replayed answer";
     }
     {  // 1,000 idle connections, each closed by the handshake timeout
@@ -287,32 +309,39 @@ TEST_F(Reliability, T09_T10_HostileBytesAndHygiene) {
         // Each gets the 3 s handshake timeout from its own accept.
         if (ClosedWithin(s, 3.5 - Seconds(NowNs() - opened) + 1.0)) ++closed;
       }
-      std::printf("T9: port %d closed %d of 1000 idle connections within %.2f s\n",
-                  port, closed, Seconds(NowNs() - opened));
+      std::printf(
+          "T9: port %d closed %d of 1000 idle connections within %.2f s\n",
+          port, closed, Seconds(NowNs() - opened));
       EXPECT_EQ(closed, 1000);
     }
   }
-  const long growth[2] = {RssKb(job->pid()) - rss_before[0], RssKb(rank0) - rss_before[1]};
-  std::printf("T9: memory growth: kolorun (store) %ld kB, rank 0 (control) %ld kB\n",
-              growth[0], growth[1]);
+  const long growth[2] = {RssKb(job->pid()) - rss_before[0],
+                          RssKb(rank0) - rss_before[1]};
+  std::printf(
+      "T9: memory growth: kolorun (store) %ld kB, rank 0 (control) %ld kB\n",
+      growth[0], growth[1]);
   EXPECT_LT(growth[0], 10 * 1024);
   EXPECT_LT(growth[1], 10 * 1024);
 
   // 10: listeners of the job on loopback only; the secret in no argv.
   for (auto [rank, pid] : WorkerPids(dir_, 4)) {
     std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
-    EXPECT_EQ(args.find(secret), std::string::npos) << "secret in argv of rank " << rank;
+    std::string args((std::istreambuf_iterator<char>(cmd)),
+                     std::istreambuf_iterator<char>());
+    EXPECT_EQ(args.find(secret), std::string::npos)
+        << "secret in argv of rank " << rank;
   }
   for (const std::string& s : ListeningSockets()) {
     if (sockets_before_.count(s)) continue;
     // New listeners (the job's): 0100007F is 127.0.0.1.
-    EXPECT_TRUE(s.rfind("0100007F:", 0) == 0) << "listener not on loopback: " << s;
+    EXPECT_TRUE(s.rfind("0100007F:", 0) == 0)
+        << "listener not on loopback: " << s;
   }
   {  // a worker with a wrong secret
     auto intruder = Job::Start(
         {g_worker, "idle"},
-        {"KOLO_RANK=1", "KOLO_SIZE=4", absl::StrCat("KOLO_RENDEZVOUS_PORT=", ports[0]),
+        {"KOLO_RANK=1", "KOLO_SIZE=4",
+         absl::StrCat("KOLO_RENDEZVOUS_PORT=", ports[0]),
          "KOLO_SECRET=not-the-job-secret-at-all", "KOLO_START_TIMEOUT=5"});
     EXPECT_NE(intruder->Wait(30), 0);
     EXPECT_THAT(intruder->output(), HasSubstr("authentication failed"));
@@ -322,7 +351,8 @@ TEST_F(Reliability, T09_T10_HostileBytesAndHygiene) {
   for (int r = 0; r < 4; ++r) {
     EXPECT_THAT(job->output(), HasSubstr(absl::StrCat("EXACT rank ", r, " ")));
   }
-  EXPECT_EQ(job->output().find(secret), std::string::npos) << "secret in the logs";
+  EXPECT_EQ(job->output().find(secret), std::string::npos)
+      << "secret in the logs";
   ExpectNothingLeft(*job);
 }
 
@@ -335,22 +365,25 @@ TEST_F(Reliability, T11_LauncherKilledOrInterrupted) {
     ASSERT_EQ(kill(job->pid(), SIGKILL), 0);
     job->Wait(10);
     for (auto [rank, pid] : WorkerPids(dir_, 4)) {
-      EXPECT_TRUE(WaitForExit(pid, 5)) << "rank " << rank << " outlived kolorun";
+      EXPECT_TRUE(WaitForExit(pid, 5))
+          << "rank " << rank << " outlived kolorun";
     }
     std::printf("T11: every worker gone %.3f s after kill -9 of kolorun\n",
                 Seconds(NowNs() - killed));
     ExpectNothingLeft(*job);
   }
   {
-    auto job = Launch(4, {"idle", "--ignore-sigterm", "1"}, {"KOLO_OP_TIMEOUT=60"},
-                      {"--grace-period", "2"});
+    auto job = Launch(4, {"idle", "--ignore-sigterm", "1"},
+                      {"KOLO_OP_TIMEOUT=60"}, {"--grace-period", "2"});
     for (int r = 0; r < 4; ++r) PidOf(*job, r);
     const int64_t interrupted = NowNs();
     ASSERT_EQ(kill(job->pid(), SIGINT), 0);
     EXPECT_EQ(job->Wait(30), 130) << job->output();
     const double took = Seconds(job->exit_ns() - interrupted);
-    std::printf("T11: SIGINT: kolorun exited 130 after %.3f s (grace 2 s)\n", took);
-    EXPECT_GE(took, 1.9) << "workers ignoring SIGTERM must get the grace period";
+    std::printf("T11: SIGINT: kolorun exited 130 after %.3f s (grace 2 s)\n",
+                took);
+    EXPECT_GE(took, 1.9)
+        << "workers ignoring SIGTERM must get the grace period";
     ExpectNothingLeft(*job);
   }
 }
@@ -364,7 +397,8 @@ TEST_F(Reliability, T12_KilledCoordinator) {
   ASSERT_EQ(kill(WorkerPids(dir_, 4)[0], SIGKILL), 0);
   for (int r : {1, 2, 3}) {
     std::string line;
-    const int64_t t = LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
+    const int64_t t =
+        LineTime(*job, absl::StrCat("ERROR rank ", r, " "), 30, &line);
     ASSERT_GT(t, 0) << job->output();
     EXPECT_THAT(line, HasSubstr("lost coordinator (rank 0)"));
     std::printf("T12: rank %d reported the lost coordinator after %.3f s\n", r,
@@ -382,7 +416,8 @@ TEST_F(Reliability, T13_SlowHealthyRank) {
   EXPECT_THAT(job->output(), HasSubstr("rank 1: [slow0]"));
   EXPECT_THAT(job->output(), ::testing::Not(HasSubstr("ERROR")));
   for (int r = 0; r < 4; ++r) {
-    EXPECT_THAT(job->output(), HasSubstr(absl::StrCat("SLOW OK rank ", r, " ")));
+    EXPECT_THAT(job->output(),
+                HasSubstr(absl::StrCat("SLOW OK rank ", r, " ")));
   }
   ExpectNothingLeft(*job);
 }

@@ -57,19 +57,21 @@ void Say(const std::string& line) {
 }
 
 int Error(int rank, const absl::Status& s) {
-  Say("ERROR rank " + std::to_string(rank) + " code=" +
-      std::string(absl::StatusCodeToString(s.code())) + " msg=" +
-      std::string(s.message()));
+  Say("ERROR rank " + std::to_string(rank) +
+      " code=" + std::string(absl::StatusCodeToString(s.code())) +
+      " msg=" + std::string(s.message()));
   return 1;
 }
 
 absl::Status Allreduce(kolo::Runtime& rt, const std::string& name,
-                       std::vector<float>& data, kolo::ReduceOp op = kolo::ReduceOp::kSum) {
+                       std::vector<float>& data,
+                       kolo::ReduceOp op = kolo::ReduceOp::kSum) {
   kolo::AllreduceRequest req;
   req.name = name;
   req.op = op;
-  req.input = req.output = kolo::TensorView(
-      data.data(), kolo::DataType::kFloat32, {static_cast<int64_t>(data.size())});
+  req.input = req.output =
+      kolo::TensorView(data.data(), kolo::DataType::kFloat32,
+                       {static_cast<int64_t>(data.size())});
   auto w = rt.Allreduce(req);
   return w.ok() ? w->Wait() : w.status();
 }
@@ -78,7 +80,8 @@ absl::Status Allreduce(kolo::Runtime& rt, const std::string& name,
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s MODE [--pid-dir DIR] [--mb N] [--exit-rank R]\n",
+    std::fprintf(stderr,
+                 "usage: %s MODE [--pid-dir DIR] [--mb N] [--exit-rank R]\n",
                  argv[0]);
     return 2;
   }
@@ -88,13 +91,20 @@ int main(int argc, char** argv) {
   double shutdown_timeout = 5;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
-    if (arg == "--pid-dir") pid_dir = argv[i + 1];
-    else if (arg == "--mb") mb = std::atoi(argv[i + 1]);
-    else if (arg == "--exit-rank") exit_rank = std::atoi(argv[i + 1]);
-    else if (arg == "--fifo") fifo = argv[i + 1];
-    else if (arg == "--exit-code") exit_code = std::atoi(argv[i + 1]);
-    else if (arg == "--shutdown-timeout") shutdown_timeout = std::atof(argv[i + 1]);
-    else if (arg == "--stop-file") stop_file = argv[i + 1];
+    if (arg == "--pid-dir")
+      pid_dir = argv[i + 1];
+    else if (arg == "--mb")
+      mb = std::atoi(argv[i + 1]);
+    else if (arg == "--exit-rank")
+      exit_rank = std::atoi(argv[i + 1]);
+    else if (arg == "--fifo")
+      fifo = argv[i + 1];
+    else if (arg == "--exit-code")
+      exit_code = std::atoi(argv[i + 1]);
+    else if (arg == "--shutdown-timeout")
+      shutdown_timeout = std::atof(argv[i + 1]);
+    else if (arg == "--stop-file")
+      stop_file = argv[i + 1];
     else if (arg == "--ignore-sigterm") {
       sigset_t set;
       sigemptyset(&set);
@@ -191,11 +201,13 @@ int main(int argc, char** argv) {
       kolo::AllreduceRequest req;
       req.name = "dtype";
       req.input = req.output = kolo::TensorView(
-          d.data(), rank == 1 ? kolo::DataType::kInt32 : kolo::DataType::kFloat32, {4});
+          d.data(),
+          rank == 1 ? kolo::DataType::kInt32 : kolo::DataType::kFloat32, {4});
       auto w = rt.Allreduce(req);
       report("dtype", w.ok() ? w->Wait() : w.status());
       req.name = "op";
-      req.input = req.output = kolo::TensorView(d.data(), kolo::DataType::kFloat32, {4});
+      req.input = req.output =
+          kolo::TensorView(d.data(), kolo::DataType::kFloat32, {4});
       req.op = rank == 1 ? kolo::ReduceOp::kMax : kolo::ReduceOp::kSum;
       w = rt.Allreduce(req);
       report("op", w.ok() ? w->Wait() : w.status());
@@ -228,16 +240,18 @@ int main(int argc, char** argv) {
     std::vector<float> a(4, 1.0f), b(4, 1.0f);
     kolo::AllreduceRequest ra, rb;
     ra.name = "A";
-    ra.input = ra.output = kolo::TensorView(a.data(), kolo::DataType::kFloat32, {4});
+    ra.input = ra.output =
+        kolo::TensorView(a.data(), kolo::DataType::kFloat32, {4});
     rb.name = "B";
-    rb.input = rb.output = kolo::TensorView(b.data(), kolo::DataType::kFloat32, {4});
+    rb.input = rb.output =
+        kolo::TensorView(b.data(), kolo::DataType::kFloat32, {4});
     absl::StatusOr<kolo::Work> wa = absl::UnknownError("not submitted");
     if (rank != 1) wa = rt.Allreduce(ra);
     auto wb = rt.Allreduce(rb);
     Say("SUBMITTED rank " + std::to_string(rank));
     absl::Status sb = wb.ok() ? wb->Wait() : wb.status();
-    absl::Status s = rank != 1 ? (wa.ok() ? wa->Wait() : wa.status())
-                               : rt.Barrier()->Wait();
+    absl::Status s =
+        rank != 1 ? (wa.ok() ? wa->Wait() : wa.status()) : rt.Barrier()->Wait();
     if (!sb.ok()) return Error(rank, sb);
     return Error(rank, s);
   }
@@ -247,16 +261,19 @@ int main(int argc, char** argv) {
     std::vector<float> first(4, rank + 1.0f), second(4, 100.0f), gate(1, 0.0f);
     kolo::AllreduceRequest req;
     req.name = "dup";
-    req.input = req.output = kolo::TensorView(first.data(), kolo::DataType::kFloat32, {4});
+    req.input = req.output =
+        kolo::TensorView(first.data(), kolo::DataType::kFloat32, {4});
     absl::StatusOr<kolo::Work> w1 = absl::UnknownError("not submitted");
     if (rank != n - 1) {
       w1 = rt.Allreduce(req);
-      req.input = req.output = kolo::TensorView(second.data(), kolo::DataType::kFloat32, {4});
+      req.input = req.output =
+          kolo::TensorView(second.data(), kolo::DataType::kFloat32, {4});
       const int64_t t0 = Now();
       auto w2 = rt.Allreduce(req);
       const int64_t took = Now() - t0;
-      Say("DUPLICATE rank " + std::to_string(rank) + " ok=" + std::to_string(w2.ok()) +
-          " ns=" + std::to_string(took) + " msg=" + std::string(w2.status().message()));
+      Say("DUPLICATE rank " + std::to_string(rank) +
+          " ok=" + std::to_string(w2.ok()) + " ns=" + std::to_string(took) +
+          " msg=" + std::string(w2.status().message()));
     }
     absl::Status s = Allreduce(rt, "gate", gate);
     if (!s.ok()) return Error(rank, s);
@@ -277,13 +294,15 @@ int main(int argc, char** argv) {
       const bool joined = step >= 5;
       const float want = joined ? (n - 1) / 2.0f * n / (n - 1) : (n + 1) / 2.0f;
       if (v[0] != want) {
-        Say("WRONG rank " + std::to_string(rank) + " step " + std::to_string(step));
+        Say("WRONG rank " + std::to_string(rank) + " step " +
+            std::to_string(step));
         return 1;
       }
     }
     auto last = rt.Join();
     if (!last.ok()) return Error(rank, last.status());
-    Say("JOINED rank " + std::to_string(rank) + " last " + std::to_string(*last));
+    Say("JOINED rank " + std::to_string(rank) + " last " +
+        std::to_string(*last));
     return rt.Shutdown().ok() ? 0 : 1;
   }
   if (mode == "slow") {

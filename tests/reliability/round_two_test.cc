@@ -102,10 +102,10 @@ TEST_F(Reliability, T18_RankExitsZeroBeforeJoining) {
 }
 
 TEST_F(Reliability, T18_TwoWorkersClaimOneRank) {
-  auto job = LaunchCommand(
-      4, ThroughShell("[ $KOLO_RANK = 1 ] && export KOLO_RANK=0; "
-                      "exec \"$0\" \"$@\"",
-                      {"idle"}));
+  auto job =
+      LaunchCommand(4, ThroughShell("[ $KOLO_RANK = 1 ] && export KOLO_RANK=0; "
+                                    "exec \"$0\" \"$@\"",
+                                    {"idle"}));
   ExpectStartupFailure(
       *job, {"rank 0 is claimed by two workers: pid ", "and this one (pid "},
       "T18 two workers with rank 0");
@@ -146,9 +146,9 @@ TEST_F(Reliability, T18_WrongStoreAddressIsNamed) {
 
 // 18. Shutdown's timeout names the rank that never shut down.
 TEST_F(Reliability, T18_ShutdownTimeoutNamesTheRankThatNeverShutDown) {
-  auto job = Launch(4, {"shutdown", "--exit-rank", "2", "--shutdown-timeout",
-                        "2"},
-                    {"KOLO_OP_TIMEOUT=60"});
+  auto job =
+      Launch(4, {"shutdown", "--exit-rank", "2", "--shutdown-timeout", "2"},
+             {"KOLO_OP_TIMEOUT=60"});
   const int code = job->Wait(30);
   EXPECT_NE(code, 0);
   // The coordinator's own timeout; each other rank's, or (when the
@@ -178,16 +178,16 @@ TEST_F(Reliability, SurvivorsReportBeforeTheTeardown) {
   EXPECT_THAT(job->output(), HasSubstr("kolorun: rank 2 (pid "));
   EXPECT_THAT(job->output(), HasSubstr("exited with code 5"));
   for (int r : {0, 1, 3}) {
-    EXPECT_THAT(job->output(), HasSubstr(absl::StrCat("ERROR rank ", r,
-                                                      " code=UNAVAILABLE")));
+    EXPECT_THAT(job->output(),
+                HasSubstr(absl::StrCat("ERROR rank ", r, " code=UNAVAILABLE")));
     EXPECT_THAT(job->output(), HasSubstr("rank 2 lost"));
   }
   // Ranks ended by their own program's exit say nothing of an Abort().
   EXPECT_THAT(job->output(), ::testing::Not(HasSubstr("Abort() was called")));
   // The first failure is the one named first.
   EXPECT_LT(job->output().find("kolorun: rank 2"),
-            job->output().find("kolorun: rank ", job->output().find(
-                                                     "kolorun: rank 2") + 1));
+            job->output().find("kolorun: rank ",
+                               job->output().find("kolorun: rank 2") + 1));
   ExpectNothingLeft(*job);
 }
 

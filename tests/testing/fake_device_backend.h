@@ -58,8 +58,8 @@ class FakeDeviceBackend : public Backend {
                          void* output,
                          const std::vector<size_t>& recv) override;
   absl::Status Reducescatterv(const void* input, void* output,
-                              const std::vector<size_t>& counts,
-                              DataType dtype, ReduceOp op, double prescale,
+                              const std::vector<size_t>& counts, DataType dtype,
+                              ReduceOp op, double prescale,
                               double postscale) override;
   void Combine(void* out, const void* in, size_t count, DataType dtype,
                ReduceOp op) override;

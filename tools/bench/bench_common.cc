@@ -311,7 +311,8 @@ UnboundScope::UnboundScope() {
   }
   CPU_ZERO(&set);
   const long online = sysconf(_SC_NPROCESSORS_CONF);
-  for (long cpu = 0; cpu < online && cpu < CPU_SETSIZE; ++cpu) CPU_SET(cpu, &set);
+  for (long cpu = 0; cpu < online && cpu < CPU_SETSIZE; ++cpu)
+    CPU_SET(cpu, &set);
   SetEveryThread(set);
 }
 

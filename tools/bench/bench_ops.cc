@@ -179,8 +179,8 @@ AllreduceRequest StepRequest(std::vector<uint8_t>& tensor, const Flags& flags,
   AllreduceRequest req;
   req.name = absl::StrCat("bench/", tag, "/", i);
   req.op = flags.op;
-  req.input = req.output = TensorView(tensor.data(), flags.dtype,
-                                      {Elements(tensor, flags.dtype)});
+  req.input = req.output =
+      TensorView(tensor.data(), flags.dtype, {Elements(tensor, flags.dtype)});
   return req;
 }
 
@@ -197,7 +197,8 @@ void KoloRunner::RunMany(std::vector<std::vector<uint8_t>>& tensors,
                          const std::string& tag) {
   if (tensors.size() == 1 && flags_.blocking) {
     // One blocking call (the fusion mode's per-tensor row).
-    absl::Status s = rt_->AllreduceAndWait(StepRequest(tensors[0], flags_, tag, 0)).status;
+    absl::Status s =
+        rt_->AllreduceAndWait(StepRequest(tensors[0], flags_, tag, 0)).status;
     if (!s.ok()) Die(std::string(s.message()));
     return;
   }

@@ -112,13 +112,14 @@ int Main(int argc, char** argv) {
   }
   peer.join();
   std::sort(ns.begin(), ns.end());
-  if (!pinned_ok) Die("could not pin a thread to CPU " +
-                      std::to_string(cpus[0]) + " or " +
-                      std::to_string(cpus[1]));
-  std::printf("# core-to-core round trip, CPUs %d and %d: %.0f ns (median "
-              "of %d rounds; min %.0f, max %.0f)\n",
-              cpus[0], cpus[1], (ns[kRounds / 2 - 1] + ns[kRounds / 2]) / 2,
-              kRounds, ns.front(), ns.back());
+  if (!pinned_ok)
+    Die("could not pin a thread to CPU " + std::to_string(cpus[0]) + " or " +
+        std::to_string(cpus[1]));
+  std::printf(
+      "# core-to-core round trip, CPUs %d and %d: %.0f ns (median "
+      "of %d rounds; min %.0f, max %.0f)\n",
+      cpus[0], cpus[1], (ns[kRounds / 2 - 1] + ns[kRounds / 2]) / 2, kRounds,
+      ns.front(), ns.back());
   return 0;
 }
 

@@ -320,9 +320,10 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::fprintf(stderr, "# memory rank %d:%s (of which kolo's staging buffers %lld MB)\n",
-               rank, MemoryLine().c_str(),
-               static_cast<long long>((*rt)->stats().host_buffer_bytes >> 20));
+  std::fprintf(
+      stderr, "# memory rank %d:%s (of which kolo's staging buffers %lld MB)\n",
+      rank, MemoryLine().c_str(),
+      static_cast<long long>((*rt)->stats().host_buffer_bytes >> 20));
   if (rank == 0) {
     PrintTables(flags, n, results);
     std::string csv = flags.csv;

@@ -1,6 +1,6 @@
 // negotiation_bench: "scale on paper". Runs the coordinator's negotiation
-// and fusion logic (runtime/negotiation/coordinator.h) for 16 to 4096 simulated ranks in
-// one process, the transport replaced by in-memory protobuf bytes, and
+// and fusion logic (runtime/negotiation/coordinator.h) for 16 to 4096 simulated
+// ranks in one process, the transport replaced by in-memory protobuf bytes, and
 // prints the per-cycle cost at the coordinator against the rank count:
 //   steady: every rank sends cache ids (a training loop after step 1),
 //   cold:   every rank sends full requests (cache off, or a new model),
@@ -199,8 +199,7 @@ double MeasureRelayed(int ranks, const Flags& flags, double* leader_us) {
   Coordinator coordinator = MakeCoordinator(ranks, 1024);
   std::string response;
   size_t responses = 0;
-  Cycle(coordinator, FullLists(ranks, flags.tensors, 0), &response,
-        &responses);
+  Cycle(coordinator, FullLists(ranks, flags.tensors, 0), &response, &responses);
   const int per_host = flags.ranks_per_host;
   std::vector<std::vector<int>> hosts;
   for (int first = 0; first < ranks; first += per_host) {
@@ -384,16 +383,16 @@ int main(int argc, char** argv) {
     const auto steady = kolo::Measure(ranks, flags, /*steady=*/true, &first);
     double host_us = 0;
     const double hier_us = kolo::MeasureRelayed(ranks, flags, &host_us);
-    const auto cold = flags.cold
-                          ? kolo::Measure(ranks, flags, /*steady=*/false, nullptr)
-                          : kolo::CycleCost();
+    const auto cold =
+        flags.cold ? kolo::Measure(ranks, flags, /*steady=*/false, nullptr)
+                   : kolo::CycleCost();
     std::printf(
         "  %6d | %11.1f %9.3f %9zu | %11.1f %9.3f %9zu | %11.1f | %9zu | "
         "%9.1f %9.1f | %9.1f\n",
         ranks, steady.median_us, steady.median_us / ranks,
         steady.request_bytes_per_rank, cold.median_us, cold.median_us / ranks,
-        cold.request_bytes_per_rank, first, steady.response_bytes,
-        hier_us, host_us, board_us);
+        cold.request_bytes_per_rank, first, steady.response_bytes, hier_us,
+        host_us, board_us);
     std::fflush(stdout);
   }
   return 0;

@@ -135,9 +135,8 @@ int Main(int argc, char** argv) {
             std::vector<FusedPiece> fused;
             for (int k = 0; k < split; ++k) {
               const size_t each = count / split;
-              parts.emplace_back(k + 1 < split ? each
-                                               : count - each * (split - 1),
-                                 1.0f);
+              parts.emplace_back(
+                  k + 1 < split ? each : count - each * (split - 1), 1.0f);
             }
             for (auto& part : parts) {
               fused.push_back({part.data(), part.data(), part.size()});
@@ -145,12 +144,11 @@ int Main(int argc, char** argv) {
             for (int i = -2; i < n; ++i) {
               const auto t0 = std::chrono::steady_clock::now();
               const absl::Status s =
-                  split > 0 ? group[r]->AllreducePieces(
-                                  fused, count, DataType::kFloat32,
-                                  ReduceOp::kSum)
-                            : group[r]->Allreduce(data.data(), count,
-                                                  DataType::kFloat32,
-                                                  ReduceOp::kSum);
+                  split > 0
+                      ? group[r]->AllreducePieces(
+                            fused, count, DataType::kFloat32, ReduceOp::kSum)
+                      : group[r]->Allreduce(data.data(), count,
+                                            DataType::kFloat32, ReduceOp::kSum);
               if (!s.ok()) Die("allreduce failed: " + std::string(s.message()));
               if (r == 0 && i >= 0) {
                 us[i] = std::chrono::duration<double, std::micro>(

@@ -8,10 +8,10 @@
 // Results are checked exactly (integer-valued inputs), and each rank prints a
 // checksum of all its result bytes: equal checksums on every rank show the
 // results are bitwise identical.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -38,9 +38,12 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       return true;
     };
     bool ok = false;
-    if (arg == "--tensors") ok = value(&flags->tensors);
-    else if (arg == "--iterations") ok = value(&flags->iterations);
-    else if (arg == "--max-elements") ok = value(&flags->max_elements);
+    if (arg == "--tensors")
+      ok = value(&flags->tensors);
+    else if (arg == "--iterations")
+      ok = value(&flags->iterations);
+    else if (arg == "--max-elements")
+      ok = value(&flags->max_elements);
     if (!ok) {
       std::fprintf(stderr,
                    "usage: %s [--tensors N] [--iterations K] "
@@ -53,8 +56,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
 }
 
 // Element types the demo mixes; all represent small integers exactly.
-const kolo::DataType kTypes[] = {kolo::DataType::kFloat32, kolo::DataType::kInt32,
-                                 kolo::DataType::kFloat64, kolo::DataType::kInt64};
+const kolo::DataType kTypes[] = {
+    kolo::DataType::kFloat32, kolo::DataType::kInt32, kolo::DataType::kFloat64,
+    kolo::DataType::kInt64};
 
 double Value(int rank, int tensor, size_t i) {
   return static_cast<double>((rank + 1) * ((tensor + i) % 13));
@@ -62,19 +66,31 @@ double Value(int rank, int tensor, size_t i) {
 
 void Set(kolo::DataType t, void* p, size_t i, double v) {
   switch (t) {
-    case kolo::DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case kolo::DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
-    case kolo::DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
-    default: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case kolo::DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case kolo::DataType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case kolo::DataType::kFloat64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    default:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      break;
   }
 }
 
 double Get(kolo::DataType t, const void* p, size_t i) {
   switch (t) {
-    case kolo::DataType::kFloat32: return static_cast<const float*>(p)[i];
-    case kolo::DataType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case kolo::DataType::kFloat64: return static_cast<const double*>(p)[i];
-    default: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case kolo::DataType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case kolo::DataType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case kolo::DataType::kFloat64:
+      return static_cast<const double*>(p)[i];
+    default:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
   }
 }
 
@@ -90,12 +106,14 @@ int main(int argc, char** argv) {
   if (!ParseFlags(argc, argv, &flags)) return 2;
   auto options = kolo::Runtime::OptionsFromEnvironment();
   if (!options.ok()) {
-    std::fprintf(stderr, "kolo: %s\n", std::string(options.status().message()).c_str());
+    std::fprintf(stderr, "kolo: %s\n",
+                 std::string(options.status().message()).c_str());
     return 1;
   }
   auto runtime = kolo::Runtime::Create(*options);
   if (!runtime.ok()) {
-    std::fprintf(stderr, "kolo: %s\n", std::string(runtime.status().message()).c_str());
+    std::fprintf(stderr, "kolo: %s\n",
+                 std::string(runtime.status().message()).c_str());
     return 1;
   }
   kolo::Runtime& rt = **runtime;
@@ -132,7 +150,8 @@ int main(int argc, char** argv) {
           buffers[t].data(), kTypes[t % 4], {static_cast<int64_t>(counts[t])});
       auto work = rt.Allreduce(req);
       if (!work.ok()) {
-        std::fprintf(stderr, "kolo: %s\n", std::string(work.status().message()).c_str());
+        std::fprintf(stderr, "kolo: %s\n",
+                     std::string(work.status().message()).c_str());
         return 1;
       }
       works[t] = *work;
@@ -155,15 +174,17 @@ int main(int argc, char** argv) {
   }
   absl::Status s = rt.Shutdown();
   if (!s.ok()) {
-    std::fprintf(stderr, "kolo: shutdown: %s\n", std::string(s.message()).c_str());
+    std::fprintf(stderr, "kolo: shutdown: %s\n",
+                 std::string(s.message()).c_str());
     return 1;
   }
   if (errors) {
     std::printf("FAILED: %d wrong elements\n", errors);
     return 1;
   }
-  std::printf("OK rank %d of %d: %d tensors x %d iterations, checksum %016llx\n",
-              rank, size, flags.tensors, flags.iterations,
-              static_cast<unsigned long long>(checksum));
+  std::printf(
+      "OK rank %d of %d: %d tensors x %d iterations, checksum %016llx\n", rank,
+      size, flags.tensors, flags.iterations,
+      static_cast<unsigned long long>(checksum));
   return 0;
 }

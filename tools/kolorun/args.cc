@@ -146,9 +146,9 @@ absl::Status ParseLogLevel(absl::string_view value, std::string* out) {
 absl::Status ParseRankList(absl::string_view flag, absl::string_view value,
                            std::vector<int>* out) {
   const auto invalid = [&] {
-    return Invalid(absl::StrCat(
-        flag, " expects ranks such as \"0\" or \"0,2-3\", got \"", value,
-        "\""));
+    return Invalid(
+        absl::StrCat(flag, " expects ranks such as \"0\" or \"0,2-3\", got \"",
+                     value, "\""));
   };
   std::set<int> ranks;
   for (absl::string_view item : absl::StrSplit(value, ',')) {
@@ -277,9 +277,9 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
     } else if (name == "--min-np" || name == "--max-np") {
       apply = [&, name](absl::string_view v) {
         options.elastic = true;
-        return ParsePositive(name, v, 1 << 30,
-                             name == "--min-np" ? &options.min_np
-                                                : &options.max_np);
+        return ParsePositive(
+            name, v, 1 << 30,
+            name == "--min-np" ? &options.min_np : &options.max_np);
       };
     } else if (name == "--host-discovery-script") {
       apply = [&, name](absl::string_view v) {
@@ -321,8 +321,8 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
           options.bind_to_core = v == "core";
           return absl::OkStatus();
         }
-        return Invalid(absl::StrCat(name, ": \"", v,
-                                    "\" is not one of core, none"));
+        return Invalid(
+            absl::StrCat(name, ": \"", v, "\" is not one of core, none"));
       };
     } else if (name == "--grace-period") {
       apply = [&, name](absl::string_view v) {
@@ -349,17 +349,15 @@ absl::StatusOr<LaunchOptions> ParseArgs(const std::vector<std::string>& args) {
   }
   if (!options.output_ranks.empty() &&
       options.output_ranks.back() >= options.num_proc) {
-    return Invalid(absl::StrCat("--output-ranks names rank ",
-                                options.output_ranks.back(), ", but -np ",
-                                options.num_proc, " has ranks 0 to ",
-                                options.num_proc - 1));
+    return Invalid(absl::StrCat(
+        "--output-ranks names rank ", options.output_ranks.back(), ", but -np ",
+        options.num_proc, " has ranks 0 to ", options.num_proc - 1));
   }
   if (options.elastic) {
     if (options.min_np == 0) options.min_np = options.num_proc;
     if (options.max_np == 0) {
-      options.max_np = options.host_discovery_script.empty()
-                           ? options.num_proc
-                           : (1 << 30);
+      options.max_np =
+          options.host_discovery_script.empty() ? options.num_proc : (1 << 30);
     }
     if (options.min_np > options.num_proc ||
         options.num_proc > options.max_np) {
@@ -400,8 +398,8 @@ absl::Status LoadFiles(LaunchOptions* options) {
     }
     struct stat st;
     if (stat(path->c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-      return Invalid(absl::StrCat(flag, " ", *path,
-                                  ": is a directory, not a file"));
+      return Invalid(
+          absl::StrCat(flag, " ", *path, ": is a directory, not a file"));
     }
   }
   if (options->hostfile.empty()) return absl::OkStatus();

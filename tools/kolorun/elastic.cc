@@ -51,8 +51,9 @@ absl::StatusOr<std::vector<HostSlots>> ParseDiscoveryOutput(
           "line ", line_number, " of the discovery script's output, \"", line,
           "\", is not \"host\" or \"host:slots\""));
     }
-    auto same = std::find_if(hosts.begin(), hosts.end(),
-                             [&](const HostSlots& h) { return h.name == host.name; });
+    auto same =
+        std::find_if(hosts.begin(), hosts.end(),
+                     [&](const HostSlots& h) { return h.name == host.name; });
     if (same != hosts.end()) {
       same->slots += host.slots;
     } else {
@@ -132,8 +133,9 @@ absl::StatusOr<std::string> RunDiscoveryScript(const std::string& script,
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::UnavailableError(absl::StrCat(
         "the discovery script ", script, " ",
-        WIFEXITED(status) ? absl::StrCat("exited with code ", WEXITSTATUS(status))
-                          : absl::StrCat("was killed by signal ", WTERMSIG(status))));
+        WIFEXITED(status)
+            ? absl::StrCat("exited with code ", WEXITSTATUS(status))
+            : absl::StrCat("was killed by signal ", WTERMSIG(status))));
   }
   return output;
 }
@@ -151,15 +153,16 @@ std::vector<std::pair<int64_t, elastic::Assignment>> AssignRanks(
     return std::find(hosts.begin(), hosts.end(), host) - hosts.begin();
   };
   std::vector<Candidate> sorted = candidates;
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [&](const Candidate& a, const Candidate& b) {
-                     const auto ha = host_index(a.host), hb = host_index(b.host);
-                     if (ha != hb) return ha < hb;
-                     const bool na = a.previous_rank < 0, nb = b.previous_rank < 0;
-                     if (na != nb) return nb;  // Survivors first.
-                     if (!na) return a.previous_rank < b.previous_rank;
-                     return a.id < b.id;
-                   });
+  std::stable_sort(
+      sorted.begin(), sorted.end(),
+      [&](const Candidate& a, const Candidate& b) {
+        const auto ha = host_index(a.host), hb = host_index(b.host);
+        if (ha != hb) return ha < hb;
+        const bool na = a.previous_rank < 0, nb = b.previous_rank < 0;
+        if (na != nb) return nb;  // Survivors first.
+        if (!na) return a.previous_rank < b.previous_rank;
+        return a.id < b.id;
+      });
   std::vector<std::string> used;  // Hosts with members, in order.
   std::map<std::string, int> per_host;
   for (const Candidate& c : sorted) {

@@ -40,7 +40,6 @@ namespace kolorun {
 
 namespace {
 
-
 std::string MembersKey(int64_t generation) {
   return absl::StrCat("elastic/", generation, "/members");
 }
@@ -69,7 +68,8 @@ void Launcher::ElasticStart() {
   absl::Status s = store_->Set(MembersKey(0), elastic::FormatMembers(members));
   if (s.ok()) s = store_->Set("elastic/generation", "0");
   if (!s.ok()) {
-    Fail(absl::StrCat("kolorun: cannot publish generation 0: ", s.message()), 1);
+    Fail(absl::StrCat("kolorun: cannot publish generation 0: ", s.message()),
+         1);
     return;
   }
   if (!options_.host_discovery_script.empty()) {
@@ -84,9 +84,9 @@ void Launcher::ElasticStart() {
     workers_.back().elastic_id = placement.rank;
   }
   if (options_.verbose) {
-    Log(absl::StrCat("kolorun: elastic job, generation 0: ",
-                     plan_.ranks.size(), " workers (--min-np ",
-                     options_.min_np, ", --max-np ", options_.max_np, ")"));
+    Log(absl::StrCat("kolorun: elastic job, generation 0: ", plan_.ranks.size(),
+                     " workers (--min-np ", options_.min_np, ", --max-np ",
+                     options_.max_np, ")"));
   }
 }
 
@@ -112,7 +112,8 @@ void Launcher::RequestReform(const std::string& reason) {
   reform_ = true;
   reform_reason_ = reason;
   if (options_.verbose) {
-    Log(absl::StrCat("kolorun: generation ", generation_, " re-forms: ", reason));
+    Log(absl::StrCat("kolorun: generation ", generation_,
+                     " re-forms: ", reason));
   }
   store_->Set(absl::StrCat("elastic/", generation_, "/closing"), reason)
       .IgnoreError();  // The local store cannot fail.
@@ -154,8 +155,8 @@ void Launcher::OnElasticStoreChange() {
   for (size_t i = 0; i < workers_.size(); ++i) {
     Worker& worker = workers_[i];
     if (worker.generation != generation_ || worker.left) continue;
-    const std::string key = absl::StrCat("elastic/", generation_, "/left/",
-                                         worker.elastic_id);
+    const std::string key =
+        absl::StrCat("elastic/", generation_, "/left/", worker.elastic_id);
     absl::StatusOr<bool> set = store_->Check(key);
     if (!set.ok() || !*set) continue;
     absl::StatusOr<std::string> value = store_->Get(key, absl::ZeroDuration());
@@ -177,8 +178,9 @@ void Launcher::OnElasticStoreChange() {
         continue;
       }
       other.reported_lost = absl::Now();
-      other.lost_report = absl::StrCat("was reported lost by rank ",
-                                       worker.placement.rank, " (", reason, ")");
+      other.lost_report =
+          absl::StrCat("was reported lost by rank ", worker.placement.rank,
+                       " (", reason, ")");
     }
     RequestReform(reason);
   }
@@ -248,8 +250,9 @@ void Launcher::OnDiscovery() {
   // Workers beyond what a host now offers (all of them for a host no longer
   // printed) leave: the newest first.
   for (const HostSlots& old : discovered_) {
-    auto now_host = std::find_if(hosts->begin(), hosts->end(),
-                                 [&](const HostSlots& h) { return h.name == old.name; });
+    auto now_host =
+        std::find_if(hosts->begin(), hosts->end(),
+                     [&](const HostSlots& h) { return h.name == old.name; });
     const int slots = now_host == hosts->end() ? 0 : now_host->slots;
     std::vector<Worker*> on_host;
     for (Worker& w : workers_) {
@@ -258,10 +261,9 @@ void Launcher::OnDiscovery() {
     }
     for (int i = static_cast<int>(on_host.size()) - 1; i >= slots; --i) {
       on_host[i]->removed = true;
-      changes.push_back(absl::StrCat(Name(*on_host[i], on_host[i]->pid),
-                                     " leaves (host ", old.name,
-                                     slots == 0 ? " removed" : " has fewer slots",
-                                     ")"));
+      changes.push_back(absl::StrCat(
+          Name(*on_host[i], on_host[i]->pid), " leaves (host ", old.name,
+          slots == 0 ? " removed" : " has fewer slots", ")"));
     }
   }
   discovered_ = *std::move(hosts);
@@ -277,9 +279,11 @@ void Launcher::OnDiscovery() {
   }
   if (!changes.empty()) {
     if (!reform_ && options_.verbose) {
-      Log(absl::StrCat("kolorun: hosts changed: ", absl::StrJoin(changes, ", ")));
+      Log(absl::StrCat("kolorun: hosts changed: ",
+                       absl::StrJoin(changes, ", ")));
     }
-    RequestReform(absl::StrCat("hosts changed: ", absl::StrJoin(changes, ", ")));
+    RequestReform(
+        absl::StrCat("hosts changed: ", absl::StrJoin(changes, ", ")));
   }
   TryForm();
 }
@@ -315,7 +319,8 @@ void Launcher::TryForm() {
       min_np_deadline_ = now + options_.elastic_timeout;
       Log(absl::StrCat("kolorun: ", count, " worker", count == 1 ? "" : "s",
                        " left, fewer than --min-np ", options_.min_np,
-                       "; waiting up to ", FormatSeconds(options_.elastic_timeout),
+                       "; waiting up to ",
+                       FormatSeconds(options_.elastic_timeout),
                        " s (--elastic-timeout) for the discovery script to "
                        "offer more slots"));
       return;
@@ -323,24 +328,24 @@ void Launcher::TryForm() {
     if (now < min_np_deadline_ && min_np_deadline_ != absl::InfiniteFuture())
       return;
     min_np_deadline_ = absl::InfiniteFuture();
-    Fail(absl::StrCat(
-             "kolorun: only ", count, " worker", count == 1 ? "" : "s",
-             " left, fewer than --min-np ", options_.min_np,
-             options_.host_discovery_script.empty()
-                 ? ""
-                 : absl::StrCat(", and no slots were added within ",
-                                FormatSeconds(options_.elastic_timeout),
-                                " s (--elastic-timeout)"),
-             "; the job ends after: ", reform_reason_),
-         1);
+    Fail(
+        absl::StrCat("kolorun: only ", count, " worker", count == 1 ? "" : "s",
+                     " left, fewer than --min-np ", options_.min_np,
+                     options_.host_discovery_script.empty()
+                         ? ""
+                         : absl::StrCat(", and no slots were added within ",
+                                        FormatSeconds(options_.elastic_timeout),
+                                        " s (--elastic-timeout)"),
+                     "; the job ends after: ", reform_reason_),
+        1);
     return;
   }
   min_np_deadline_ = absl::InfiniteFuture();
   if (options_.reset_limit >= 0 && resets_ >= options_.reset_limit) {
     Fail(absl::StrCat("kolorun: the job re-formed ", resets_, " time",
                       resets_ == 1 ? "" : "s", " already (--reset-limit ",
-                      options_.reset_limit, "); it ends after: ",
-                      reform_reason_),
+                      options_.reset_limit,
+                      "); it ends after: ", reform_reason_),
          1);
     return;
   }
@@ -400,7 +405,8 @@ void Launcher::TryForm() {
         absl::StartsWith(plan_.store_addr, "127.")) {
       Fail(absl::StrCat("kolorun: cannot start a worker on ", host,
                         ": kolorun's store listens on ", plan_.store_addr,
-                        ", which ", host, " cannot reach; start elastic jobs "
+                        ", which ", host,
+                        " cannot reach; start elastic jobs "
                         "whose discovery script may add other hosts with "
                         "--network-interface NAME"),
            1);

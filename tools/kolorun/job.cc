@@ -101,7 +101,8 @@ Variables JobVariables(const std::vector<std::string>& inherited,
   Set(&vars, "LOCAL_RANK", absl::StrCat(p.local_rank));
   Set(&vars, "LOCAL_WORLD_SIZE", absl::StrCat(p.local_size));
   Set(&vars, "GROUP_RANK", absl::StrCat(p.cross_rank));
-  if (!Inherited(inherited, "MASTER_ADDR") && !endpoint.torch_master_addr.empty()) {
+  if (!Inherited(inherited, "MASTER_ADDR") &&
+      !endpoint.torch_master_addr.empty()) {
     Set(&vars, "MASTER_ADDR", endpoint.torch_master_addr);
   }
   if (!Inherited(inherited, "MASTER_PORT") && endpoint.torch_master_port > 0) {
@@ -186,10 +187,10 @@ absl::StatusOr<JobPlan> PlanJob(const LaunchOptions& options) {
       // InterfaceAddress ends its message with the interfaces there are.
       const std::string message(addr.status().message());
       const size_t have = message.rfind(" (have: ");
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--network-interface ", options.network_interface,
-          ": no IPv4 interface of that name",
-          have == std::string::npos ? "" : message.substr(have)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--network-interface ", options.network_interface,
+                       ": no IPv4 interface of that name",
+                       have == std::string::npos ? "" : message.substr(have)));
     }
     plan.store_addr = *addr;
     plan.store_addr_reason =
@@ -243,8 +244,9 @@ std::vector<std::string> RemoteWorkerEnvironment(
   return Merge(inherited, JobVariables(inherited, options, remote),
                [](const std::string& name) {
                  return absl::StartsWith(name, "KOLO_") || name == "PATH" ||
-                        name == "LD_LIBRARY_PATH" || name == "OMP_NUM_THREADS" ||
-                        name == "MASTER_ADDR" || name == "MASTER_PORT";
+                        name == "LD_LIBRARY_PATH" ||
+                        name == "OMP_NUM_THREADS" || name == "MASTER_ADDR" ||
+                        name == "MASTER_PORT";
                });
 }
 
@@ -316,8 +318,8 @@ int64_t CgroupProcessesLeft(std::string* where) {
       const std::string dir = path == "/" ? mount : mount + path;
       const int64_t max = ReadInt64File(dir + "/pids.max", -1);
       if (max >= 0) {
-        const int64_t left = std::max<int64_t>(
-            0, max - ReadInt64File(dir + "/pids.current", 0));
+        const int64_t left =
+            std::max<int64_t>(0, max - ReadInt64File(dir + "/pids.current", 0));
         if (best < 0 || left < best) {
           best = left;
           *where = absl::StrCat("pids.max=", max, " of the cgroup ", dir);
@@ -375,13 +377,15 @@ ResourceLimits ReadResourceLimits() {
 absl::Status CheckResources(const LaunchOptions& options, const JobPlan& plan,
                             const ResourceLimits& limits) {
   const int64_t workers = static_cast<int64_t>(plan.ranks.size());
-  const int64_t descriptors = kBaseDescriptors + kDescriptorsPerWorker * workers;
+  const int64_t descriptors =
+      kBaseDescriptors + kDescriptorsPerWorker * workers;
   if (descriptors > limits.descriptors) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "-np ", options.num_proc, ": kolorun needs about ", descriptors,
-        " file descriptors for ", workers, " workers but may open ",
-        limits.descriptors, " (ulimit -n); raise the limit or start fewer "
-        "workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("-np ", options.num_proc, ": kolorun needs about ",
+                     descriptors, " file descriptors for ", workers,
+                     " workers but may open ", limits.descriptors,
+                     " (ulimit -n); raise the limit or start fewer "
+                     "workers"));
   }
   const int64_t processes = kBaseProcesses + workers;
   if (limits.processes >= 0 && processes > limits.processes) {

@@ -109,7 +109,6 @@ std::vector<std::string> RemoteWorkerEnvironment(
 // CPUs this process may run on (its affinity mask).
 int AvailableCpus();
 
-
 }  // namespace kolorun
 }  // namespace kolo
 

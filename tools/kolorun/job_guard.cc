@@ -34,8 +34,8 @@ bool WriteAll(int fd, const void* data, size_t size) {
 
 [[noreturn]] void GuardMain(int fd) {
   setpgid(0, 0);
-  for (int signo : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP,
-                    SIGTTIN, SIGTTOU}) {
+  for (int signo :
+       {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU}) {
     signal(signo, SIG_IGN);
   }
   signal(SIGCHLD, SIG_DFL);
@@ -57,8 +57,8 @@ bool WriteAll(int fd, const void* data, size_t size) {
   int32_t value = 0;
   size_t have = 0;
   for (;;) {
-    const ssize_t n = read(fd, reinterpret_cast<char*>(&value) + have,
-                           sizeof(value) - have);
+    const ssize_t n =
+        read(fd, reinterpret_cast<char*>(&value) + have, sizeof(value) - have);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // kolorun is gone.
     have += static_cast<size_t>(n);

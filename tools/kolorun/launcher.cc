@@ -277,8 +277,8 @@ bool Launcher::Spawn(const RankEndpoint& endpoint) {
         WorkerEnvironment(inherited, options_, endpoint, AvailableCpus());
     launch.inherited_fd = endpoint.secret_fd;
     if (options_.bind_to_core) {
-      launch.cpus = CpuShare(allowed_cpus_, placement.local_rank,
-                             placement.local_size);
+      launch.cpus =
+          CpuShare(allowed_cpus_, placement.local_rank, placement.local_size);
     }
     if (options_.verbose) {
       Log(absl::StrCat("kolorun: rank ", rank, " runs on CPUs ",
@@ -539,8 +539,7 @@ void Launcher::ReapChildren() {
     const bool joined = RankSet("ready", rank);
     if (!joined && RankSet("claim", rank)) {
       absl::StrAppend(&what, " during the rendezvous");
-    } else if (!joined && phase_ == Phase::kRunning &&
-               AnyRankSet("claim")) {
+    } else if (!joined && phase_ == Phase::kRunning && AnyRankSet("claim")) {
       absl::StrAppend(&what, " before it joined the rendezvous");
     }
     if (!success && phase_ == Phase::kRunning) {
@@ -568,9 +567,9 @@ void Launcher::ShowHiddenTail(const Worker& worker) {
   const std::vector<std::string> tail = worker.err->HiddenTail();
   if (tail.empty()) return;
   const int rank = worker.placement.rank;
-  std::string text = absl::StrCat(
-      "kolorun: the last ", tail.size(), " lines rank ", rank,
-      " wrote to stderr (--output-ranks hides its output):\n");
+  std::string text =
+      absl::StrCat("kolorun: the last ", tail.size(), " lines rank ", rank,
+                   " wrote to stderr (--output-ranks hides its output):\n");
   for (const std::string& line : tail) {
     absl::StrAppend(&text, "[", rank, "] ", line, "\n");
   }
@@ -578,7 +577,8 @@ void Launcher::ShowHiddenTail(const Worker& worker) {
 }
 
 bool Launcher::RankSet(const char* what, int rank) const {
-  absl::StatusOr<bool> set = store_->Check(absl::StrCat("kolo/", what, "/", rank));
+  absl::StatusOr<bool> set =
+      store_->Check(absl::StrCat("kolo/", what, "/", rank));
   return set.ok() && *set;
 }
 
@@ -592,8 +592,8 @@ std::string Launcher::RankList(const std::vector<int>& ranks) const {
   std::vector<std::string> names;
   for (int rank : ranks) {
     const RankPlacement& p = plan_.ranks[rank];
-    names.push_back(absl::StrCat(
-        rank, MultiHost() ? absl::StrCat(" on ", p.host) : ""));
+    names.push_back(
+        absl::StrCat(rank, MultiHost() ? absl::StrCat(" on ", p.host) : ""));
   }
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks [",
                       absl::StrJoin(names, ", "), ranks.size() == 1 ? "" : "]");
@@ -679,7 +679,8 @@ void Launcher::Fail(const std::string& message, int exit_code,
     Log(message);
   }
   if (phase_ != Phase::kRunning) return;
-  if (teardown == Teardown::kAfterReports && kReportGrace > absl::ZeroDuration()) {
+  if (teardown == Teardown::kAfterReports &&
+      kReportGrace > absl::ZeroDuration()) {
     phase_ = Phase::kReporting;
     start_deadline_ = absl::InfiniteFuture();
     report_deadline_ = absl::Now() + kReportGrace;

@@ -56,15 +56,13 @@ absl::Status DiscoverFirstHosts(kolo::kolorun::LaunchOptions* options) {
       for (const auto& host : *hosts) {
         if (host.slots > 0) options->hosts.push_back(host);
       }
-      options->num_proc =
-          std::min({options->num_proc, slots, options->max_np});
+      options->num_proc = std::min({options->num_proc, slots, options->max_np});
       return absl::OkStatus();
     }
     if (absl::Now() >= deadline) {
       return absl::UnavailableError(absl::StrCat(
-          "the discovery script offers ", slots, " slot",
-          slots == 1 ? "" : "s", ", fewer than --min-np ", options->min_np,
-          ", and no more within ",
+          "the discovery script offers ", slots, " slot", slots == 1 ? "" : "s",
+          ", fewer than --min-np ", options->min_np, ", and no more within ",
           kolo::kolorun::FormatSeconds(options->elastic_timeout),
           " s (--elastic-timeout)"));
     }

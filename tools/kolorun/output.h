@@ -107,10 +107,9 @@ class LineForwarder {
  private:
   // Splits `data` into lines and versions (Note [Live output]), appending
   // what is written now to `out`.
-  void Consume(const char* data, size_t size, absl::Time now,
-               std::string* out);
-  void EndLine(std::string* out);          // '\n'
-  void EndVersion();                       // '\r'
+  void Consume(const char* data, size_t size, absl::Time now, std::string* out);
+  void EndLine(std::string* out);  // '\n'
+  void EndVersion();               // '\r'
   void ShowPending(absl::Time now, std::string* out);
   // Appends one line (without its newline) to `out` and to log_, or hands
   // it to on_status.

@@ -212,9 +212,9 @@ std::vector<int> CpuShare(const std::vector<Cpu>& allowed, int local_rank,
     it->second.push_back(c.id);
   }
   auto cut = [&](int count) {
-    return std::make_pair(static_cast<int64_t>(count) * local_rank / local_size,
-                          static_cast<int64_t>(count) * (local_rank + 1) /
-                              local_size);
+    return std::make_pair(
+        static_cast<int64_t>(count) * local_rank / local_size,
+        static_cast<int64_t>(count) * (local_rank + 1) / local_size);
   };
   std::vector<int> share;
   if (static_cast<int>(order.size()) >= local_size) {

@@ -42,10 +42,10 @@ struct SpawnResult {
 // started), PR_SET_PDEATHSIG = SIGKILL plus a getppid() check (the worker
 // dies with kolorun, even under kill -9), the inherited signal dispositions
 // (`signals`), an empty signal mask, no file descriptors but 0, 1, 2 and
-// `launch.inherited_fd`, and the CPU affinity `launch.cpus` (when the kernel refuses it, the worker
-// runs unbound: binding is for speed only).
-// Returns once the child has exec'ed or failed to: exec errors come back
-// through a close-on-exec pipe.
+// `launch.inherited_fd`, and the CPU affinity `launch.cpus` (when the kernel
+// refuses it, the worker runs unbound: binding is for speed only). Returns once
+// the child has exec'ed or failed to: exec errors come back through a
+// close-on-exec pipe.
 SpawnResult SpawnWorker(const WorkerLaunch& launch, const SignalPipe& signals);
 
 // Sends `signo` to the worker's process group (`pid` leads it), and to the

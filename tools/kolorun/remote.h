@@ -18,7 +18,8 @@
 //     down, or kolorun or the ssh connection died: ssh without a terminal
 //     does not end the remote command by itself) or on SIGTERM/SIGINT/SIGHUP,
 //     sends SIGTERM to the group and SIGKILL after the grace period;
-//  4. once the group is empty, closes the secret's descriptor, writes one status
+//  4. once the group is empty, closes the secret's descriptor, writes one
+//  status
 //     line, "kolo_rank_guard[TOKEN] pid=P wait_status=S", to its stderr,
 //     which kolorun reads (and does not print) to name how the rank ended;
 //     then exits with the rank's exit code (128+n after signal n).

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 #include "absl/strings/str_cat.h"
 #include "runtime/os/errno_text.h"
 

@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <unistd.h>
 
-
 #include "absl/strings/str_cat.h"
 #include "runtime/os/errno_text.h"
 

@@ -19,12 +19,12 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "frontends/python/src/process_group.h"
 #include "kolo/runtime.h"
-#include "runtime/loop/backend.h"
 #include "kolo/torch/context.h"
 #include "kolo/torch/elastic.h"
 #include "kolo/torch/gradient_reducer.h"
-#include "frontends/python/src/process_group.h"
+#include "runtime/loop/backend.h"
 
 namespace py = pybind11;
 
@@ -85,9 +85,9 @@ Handle Allreduce(const at::Tensor& tensor, std::string name, int op,
 // allreduce / allreduce_: a blocking call (Runtime::AllreduceAndWait), the
 // GIL released while it runs; a submission's error is ValueError as for
 // allreduce_async, the collective's KoloInternalError as for synchronize.
-at::Tensor AllreduceBlocking(const at::Tensor& tensor, std::string name,
-                             int op, double prescale, double postscale,
-                             int process_set, bool in_place) {
+at::Tensor AllreduceBlocking(const at::Tensor& tensor, std::string name, int op,
+                             double prescale, double postscale, int process_set,
+                             bool in_place) {
   const AllreduceOptions options =
       OptionsOf(std::move(name), op, prescale, postscale, process_set);
   try {
@@ -150,7 +150,8 @@ bool Built(const char* what) {
   if (name == "cuda" || name == "nccl") {
     return BackendRegistry::Get().Has(DeviceType::kCuda);
   }
-  if (name == "gloo") return BackendRegistry::Get().Has(DeviceType::kCpu, "gloo");
+  if (name == "gloo")
+    return BackendRegistry::Get().Has(DeviceType::kCpu, "gloo");
   return false;
 }
 
@@ -168,10 +169,10 @@ PYBIND11_MODULE(_C, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      py::object type = py::reinterpret_borrow<py::object>(internal_error.ptr());
+      py::object type =
+          py::reinterpret_borrow<py::object>(internal_error.ptr());
       py::object error = type(e.what());
-      error.attr("code") =
-          py::str(absl::StatusCodeToString(e.code()));
+      error.attr("code") = py::str(absl::StatusCodeToString(e.code()));
       PyErr_SetObject(internal_error.ptr(), error.ptr());
     }
   });
@@ -188,8 +189,8 @@ PYBIND11_MODULE(_C, m) {
         init(*options);
       },
       py::call_guard<py::gil_scoped_release>());
-  m.def("shutdown", [] { shutdown(); },
-        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "shutdown", [] { shutdown(); }, py::call_guard<py::gil_scoped_release>());
   // Elastic jobs (kolo/torch/elastic.py over kolo::torch::elastic).
   m.def("elastic_enabled", &elastic::enabled);
   m.def("elastic_generation", &elastic::generation);
@@ -211,9 +212,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("cross_rank", [] { return cross_rank(); });
   m.def("cross_size", [] { return cross_size(); });
   m.def("built", &Built, "Whether this build has a backend: cuda, nccl, gloo");
-  m.def("nccl_version", [] {
-    return kolo::BackendRegistry::Get().Version(kolo::DeviceType::kCuda, "nccl");
-  }, "NCCL_VERSION_CODE of the NCCL this build uses (e.g. 22803); 0: none");
+  m.def(
+      "nccl_version",
+      [] {
+        return kolo::BackendRegistry::Get().Version(kolo::DeviceType::kCuda,
+                                                    "nccl");
+      },
+      "NCCL_VERSION_CODE of the NCCL this build uses (e.g. 22803); 0: none");
   // The runtime's statistics (kolo::RuntimeStats) and its mechanisms'
   // counters (kolo::Runtime::Counters: benchmarks, diagnostics).
   m.def("stats", [] {
@@ -252,8 +257,7 @@ PYBIND11_MODULE(_C, m) {
       [](const at::Tensor& tensor, const std::string& name, int process_set) {
         return Submitting([&] {
           return default_context()->allgather_async(
-              tensor,
-              AllgatherOptions().name(name).process_set(process_set));
+              tensor, AllgatherOptions().name(name).process_set(process_set));
         });
       },
       py::arg("tensor"), py::arg("name"), py::arg("process_set"));
@@ -297,9 +301,8 @@ PYBIND11_MODULE(_C, m) {
           py::gil_scoped_release release;
           out = Submitting([&] {
             return default_context()->broadcast_bytes(
-                in,
-                BroadcastOptions().name(name).root(root).process_set(
-                    process_set));
+                in, BroadcastOptions().name(name).root(root).process_set(
+                        process_set));
           });
         }
         return py::bytes(out);
@@ -307,14 +310,17 @@ PYBIND11_MODULE(_C, m) {
       py::arg("data"), py::arg("root"), py::arg("name"),
       py::arg("process_set"));
   m.def(
-      "barrier", [](int process_set) { default_context()->barrier(process_set); },
+      "barrier",
+      [](int process_set) { default_context()->barrier(process_set); },
       py::arg("process_set"), py::call_guard<py::gil_scoped_release>());
-  m.def("join", [] { return default_context()->join(); },
-        py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "join", [] { return default_context()->join(); },
+      py::call_guard<py::gil_scoped_release>());
   m.def(
       "add_process_set",
       [](const std::vector<int>& ranks) {
-        return Submitting([&] { return default_context()->add_process_set(ranks); });
+        return Submitting(
+            [&] { return default_context()->add_process_set(ranks); });
       },
       py::arg("ranks"), py::call_guard<py::gil_scoped_release>());
   m.def(

@@ -23,26 +23,41 @@ namespace {
 
 const char* OpName(c10d::ReduceOp::RedOpType op) {
   switch (op) {
-    case c10d::ReduceOp::SUM: return "SUM";
-    case c10d::ReduceOp::AVG: return "AVG";
-    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
-    case c10d::ReduceOp::MIN: return "MIN";
-    case c10d::ReduceOp::MAX: return "MAX";
-    case c10d::ReduceOp::BAND: return "BAND";
-    case c10d::ReduceOp::BOR: return "BOR";
-    case c10d::ReduceOp::BXOR: return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "UNUSED";
+    case c10d::ReduceOp::SUM:
+      return "SUM";
+    case c10d::ReduceOp::AVG:
+      return "AVG";
+    case c10d::ReduceOp::PRODUCT:
+      return "PRODUCT";
+    case c10d::ReduceOp::MIN:
+      return "MIN";
+    case c10d::ReduceOp::MAX:
+      return "MAX";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "UNUSED";
   }
 }
 
 kolo::ReduceOp ToKolo(const c10d::ReduceOp& op, const char* collective) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return kolo::ReduceOp::kSum;
-    case c10d::ReduceOp::AVG: return kolo::ReduceOp::kAverage;
-    case c10d::ReduceOp::PRODUCT: return kolo::ReduceOp::kProduct;
-    case c10d::ReduceOp::MIN: return kolo::ReduceOp::kMin;
-    case c10d::ReduceOp::MAX: return kolo::ReduceOp::kMax;
+    case c10d::ReduceOp::SUM:
+      return kolo::ReduceOp::kSum;
+    case c10d::ReduceOp::AVG:
+      return kolo::ReduceOp::kAverage;
+    case c10d::ReduceOp::PRODUCT:
+      return kolo::ReduceOp::kProduct;
+    case c10d::ReduceOp::MIN:
+      return kolo::ReduceOp::kMin;
+    case c10d::ReduceOp::MAX:
+      return kolo::ReduceOp::kMax;
     default:
       Refuse(absl::StrCat(collective, " with ReduceOp.", OpName(op.op_),
                           " is not supported (SUM, AVG, PRODUCT, MIN and MAX "
@@ -53,7 +68,8 @@ kolo::ReduceOp ToKolo(const c10d::ReduceOp& op, const char* collective) {
 // The one tensor of a per-device list (one device per process here).
 at::Tensor& One(std::vector<at::Tensor>& tensors, const char* collective) {
   if (tensors.size() != 1) {
-    Refuse(absl::StrCat(collective, " takes one tensor per process (one "
+    Refuse(absl::StrCat(collective,
+                        " takes one tensor per process (one "
                         "device per process), got ",
                         tensors.size()));
   }
@@ -63,7 +79,8 @@ at::Tensor& One(std::vector<at::Tensor>& tensors, const char* collective) {
 std::vector<at::Tensor>& OneList(std::vector<std::vector<at::Tensor>>& lists,
                                  const char* collective) {
   if (lists.size() != 1) {
-    Refuse(absl::StrCat(collective, " takes one tensor list per process (one "
+    Refuse(absl::StrCat(collective,
+                        " takes one tensor list per process (one "
                         "device per process), got ",
                         lists.size()));
   }
@@ -155,8 +172,9 @@ bool KoloWork::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     cv_.wait(lock, [&] { return completed_; });
   } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    Refuse(absl::StrCat("Work.wait(timeout) on \"", name_, "\" timed out after ",
-                        timeout.count(), " ms; the collective is still pending"));
+    Refuse(absl::StrCat("Work.wait(timeout) on \"", name_,
+                        "\" timed out after ", timeout.count(),
+                        " ms; the collective is still pending"));
   }
   if (exception_) std::rethrow_exception(exception_);
   return true;
@@ -295,9 +313,8 @@ std::string ProcessGroupKolo::NextName() {
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::Enqueue(
     c10d::OpType type, const std::string& name, std::vector<Handle> handles,
     std::function<std::vector<at::Tensor>()> finish) {
-  return c10::make_intrusive<KoloWork>(getRank(), type, name,
-                                       std::move(handles), std::move(finish),
-                                       completer_);
+  return c10::make_intrusive<KoloWork>(
+      getRank(), type, name, std::move(handles), std::move(finish), completer_);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
@@ -309,8 +326,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
   if (set_ != kGlobalProcessSet) {
     const std::vector<int> ranks = context_->process_set_ranks(set_);
     if (root < 0 || root >= static_cast<int>(ranks.size())) {
-      Refuse(absl::StrCat("broadcast: root ", root, " is not a rank of this "
-                          "group of ", ranks.size()));
+      Refuse(absl::StrCat("broadcast: root ", root,
+                          " is not a rank of this "
+                          "group of ",
+                          ranks.size()));
     }
     root = ranks[root];
   }
@@ -364,7 +383,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce(
   }
   const bool root = opts.rootRank == getRank();
   const std::string name = NextName();
-  AllreduceOptions options = AllreduceOptions().name(name).op(op).process_set(set_);
+  AllreduceOptions options =
+      AllreduceOptions().name(name).op(op).process_set(set_);
   Handle h = root ? context_->allreduce_async_(t, options)
                   : context_->allreduce_async(t, options);
   return Enqueue(c10d::OpType::REDUCE, name, {h}, [h, t] {
@@ -548,10 +568,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
       input.reshape({getSize(), output.numel()}),
       ReducescatterOptions().name(name).op(op).process_set(set_));
   at::Tensor out = output;
-  return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, {h}, [h, out]() mutable {
-    CopyInto(out, h.wait(), "_reduce_scatter_base");
-    return std::vector<at::Tensor>{out};
-  });
+  return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, {h},
+                 [h, out]() mutable {
+                   CopyInto(out, h.wait(), "_reduce_scatter_base");
+                   return std::vector<at::Tensor>{out};
+                 });
 }
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -567,7 +588,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::EnqueueCoalesced(
                  });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_into_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupKolo::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions&) {
   const char* what = "allgather_into_tensor_coalesced";
@@ -589,7 +611,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_into_tensor_coalesced
   return EnqueueCoalesced(name, std::move(handles), outputs, what);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter_tensor_coalesced(
+c10::intrusive_ptr<c10d::Work>
+ProcessGroupKolo::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const char* what = "reduce_scatter_tensor_coalesced";
@@ -621,8 +644,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
     std::vector<int64_t>& input_splits, const c10d::AllToAllOptions&) {
   const int size = getSize();
   if (input.dim() == 0 || output.dim() == 0) {
-    Refuse("alltoall_base: the input and output need a first dimension to "
-           "split");
+    Refuse(
+        "alltoall_base: the input and output need a first dimension to "
+        "split");
   }
   std::vector<int64_t> splits = input_splits;
   if (splits.empty()) {
@@ -646,20 +670,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
   Handle h = context_->alltoall_async(
       input, AlltoallOptions().name(name).splits(splits).process_set(set_));
   at::Tensor out = output;
-  return Enqueue(c10d::OpType::ALLTOALL_BASE, name, {h},
-                 [h, out, want, name]() mutable {
-                   at::Tensor got = h.wait();
-                   if (h.received_splits() != want) {
-                     Refuse(absl::StrCat(
-                         "alltoall_base \"", name, "\": this rank expected [",
-                         absl::StrJoin(want, ", "),
-                         "] rows from the ranks (output_split_sizes), [",
-                         absl::StrJoin(h.received_splits(), ", "),
-                         "] arrived"));
-                   }
-                   CopyInto(out, got, "alltoall_base");
-                   return std::vector<at::Tensor>{out};
-                 });
+  return Enqueue(
+      c10d::OpType::ALLTOALL_BASE, name, {h}, [h, out, want, name]() mutable {
+        at::Tensor got = h.wait();
+        if (h.received_splits() != want) {
+          Refuse(absl::StrCat(
+              "alltoall_base \"", name, "\": this rank expected [",
+              absl::StrJoin(want, ", "),
+              "] rows from the ranks (output_split_sizes), [",
+              absl::StrJoin(h.received_splits(), ", "), "] arrived"));
+        }
+        CopyInto(out, got, "alltoall_base");
+        return std::vector<at::Tensor>{out};
+      });
 }
 
 // The list form: inputs[k] goes to rank k, outputs[k] comes from it. Sent
@@ -685,24 +708,23 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall(
       at::cat(flat),
       AlltoallOptions().name(name).splits(splits).process_set(set_));
   std::vector<at::Tensor> out = outputs;
-  return Enqueue(c10d::OpType::ALLTOALL, name, {h},
-                 [h, out, want, name]() mutable {
-                   at::Tensor got = h.wait();
-                   if (h.received_splits() != want) {
-                     Refuse(absl::StrCat(
-                         "alltoall \"", name,
-                         "\": this rank's output tensors hold [",
-                         absl::StrJoin(want, ", "), "] elements, [",
-                         absl::StrJoin(h.received_splits(), ", "),
-                         "] arrived from the ranks"));
-                   }
-                   int64_t at = 0;
-                   for (size_t k = 0; k < out.size(); ++k) {
-                     CopyInto(out[k], got.narrow(0, at, want[k]), "alltoall");
-                     at += want[k];
-                   }
-                   return out;
-                 });
+  return Enqueue(
+      c10d::OpType::ALLTOALL, name, {h}, [h, out, want, name]() mutable {
+        at::Tensor got = h.wait();
+        if (h.received_splits() != want) {
+          Refuse(absl::StrCat("alltoall \"", name,
+                              "\": this rank's output tensors hold [",
+                              absl::StrJoin(want, ", "), "] elements, [",
+                              absl::StrJoin(h.received_splits(), ", "),
+                              "] arrived from the ranks"));
+        }
+        int64_t at = 0;
+        for (size_t k = 0; k < out.size(); ++k) {
+          CopyInto(out[k], got.narrow(0, at, want[k]), "alltoall");
+          at += want[k];
+        }
+        return out;
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::barrier(
@@ -713,30 +735,34 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::barrier(
   // position is named.
   at::Tensor token = at::zeros({0}, at::kByte);
   Handle h = context_->allreduce_async_(
-      token, AllreduceOptions().name(name).op(kolo::ReduceOp::kSum).process_set(set_));
+      token,
+      AllreduceOptions().name(name).op(kolo::ReduceOp::kSum).process_set(set_));
   return Enqueue(c10d::OpType::BARRIER, name, {h}, [h] {
     h.wait();
     return std::vector<at::Tensor>{};
   });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::send(
-    std::vector<at::Tensor>&, int, int) {
-  Refuse("send (point-to-point) is not supported: kolo runs collectives "
-         "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::send(std::vector<at::Tensor>&,
+                                                      int, int) {
+  Refuse(
+      "send (point-to-point) is not supported: kolo runs collectives "
+      "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recv(
-    std::vector<at::Tensor>&, int, int) {
-  Refuse("recv (point-to-point) is not supported: kolo runs collectives "
-         "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recv(std::vector<at::Tensor>&,
+                                                      int, int) {
+  Refuse(
+      "recv (point-to-point) is not supported: kolo runs collectives "
+      "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recvAnysource(
     std::vector<at::Tensor>&, int) {
-  Refuse("recv from any source (point-to-point) is not supported: kolo runs "
-         "collectives only; use a gloo group for point-to-point "
-         "(docs/torch_distributed.md)");
+  Refuse(
+      "recv from any source (point-to-point) is not supported: kolo runs "
+      "collectives only; use a gloo group for point-to-point "
+      "(docs/torch_distributed.md)");
 }
 
 }  // namespace torch

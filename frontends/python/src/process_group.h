@@ -45,6 +45,8 @@
 #ifndef KOLO_FRONTENDS_PYTHON_SRC_PROCESS_GROUP_H_
 #define KOLO_FRONTENDS_PYTHON_SRC_PROCESS_GROUP_H_
 
+#include <torch/version.h>
+
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -54,7 +56,6 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/version.h>
 #include <vector>
 
 #include "kolo/torch/context.h"
@@ -210,8 +211,8 @@ class ProcessGroupKolo : public KoloBackendBase {
                                       int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
                                       int src_rank, int tag) override;
-  c10::intrusive_ptr<c10d::Work> recvAnysource(
-      std::vector<at::Tensor>& tensors, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
 #if TORCH_VERSION_MAJOR < 2
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return next_; }

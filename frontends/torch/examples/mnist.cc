@@ -228,8 +228,9 @@ int main(int argc, char** argv) {
       double loss_sum = 0;
       int64_t loss_count = 0, step = 0;
       while (auto indices = sampler.next(flags.batch_size)) {
-        at::Tensor idx = torch::tensor(
-            std::vector<int64_t>(indices->begin(), indices->end())).to(device);
+        at::Tensor idx = torch::tensor(std::vector<int64_t>(indices->begin(),
+                                                            indices->end()))
+                             .to(device);
         optimizer.zero_grad();
         at::Tensor loss = torch::nn::functional::cross_entropy(
             model->forward(train.images.index_select(0, idx)),

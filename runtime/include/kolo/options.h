@@ -73,9 +73,9 @@ struct Options {
   std::string iface;
 
   // --- Negotiation and fusion. ---
-  int64_t fusion_threshold_bytes = 64 << 20;      // KOLO_FUSION_THRESHOLD
+  int64_t fusion_threshold_bytes = 64 << 20;          // KOLO_FUSION_THRESHOLD
   absl::Duration cycle_time = absl::Milliseconds(1);  // KOLO_CYCLE_TIME
-  int cache_capacity = 1024;                      // KOLO_CACHE_CAPACITY
+  int cache_capacity = 1024;                          // KOLO_CACHE_CAPACITY
   // How long the background thread and Work::Wait poll before they sleep
   // in the kernel, only while some caller waits for a collective (the
   // background thread also after a pass that followed new submissions).
@@ -92,29 +92,29 @@ struct Options {
   bool join_average_over_set_size = false;
 
   // --- Timeouts. ---
-  absl::Duration op_timeout = absl::Seconds(600);    // KOLO_OP_TIMEOUT
-  absl::Duration start_timeout = absl::Seconds(60);  // KOLO_START_TIMEOUT
-  absl::Duration stall_check_time = absl::Seconds(60);   // KOLO_STALL_CHECK_TIME
+  absl::Duration op_timeout = absl::Seconds(600);       // KOLO_OP_TIMEOUT
+  absl::Duration start_timeout = absl::Seconds(60);     // KOLO_START_TIMEOUT
+  absl::Duration stall_check_time = absl::Seconds(60);  // KOLO_STALL_CHECK_TIME
   absl::Duration stall_shutdown_time = absl::ZeroDuration();  // 0 = never
 
   // --- Diagnostics. ---
-  std::string timeline_path;             // KOLO_TIMELINE ("" = off)
-  bool timeline_mark_cycles = false;     // KOLO_TIMELINE_MARK_CYCLES
+  std::string timeline_path;          // KOLO_TIMELINE ("" = off)
+  bool timeline_mark_cycles = false;  // KOLO_TIMELINE_MARK_CYCLES
   // Time each phase of the background loop into Runtime::Counters() (the
   // "phase.*" counters): a few clock reads per take of requests and per
   // collective, none per tensor.
-  bool phase_times = false;              // KOLO_PHASE_TIMES
+  bool phase_times = false;                 // KOLO_PHASE_TIMES
   LogLevel log_level = LogLevel::kWarning;  // KOLO_LOG_LEVEL
 
   // --- Data paths. ---
-  bool shm = true;                    // KOLO_SHM
+  bool shm = true;  // KOLO_SHM
   // Steady-state negotiation stays within each host where it can: on one
   // host the ranks agree on the requests they have all made again among
   // themselves, without a message to rank 0; over several hosts each host
   // sends rank 0 one message for all its ranks. false: every rank
   // negotiates with rank 0 directly (for comparison and diagnosis). Rank
   // 0's value decides on one host, each host's first rank's for its host.
-  bool negotiate_within_hosts = true;  // KOLO_HIT_BOARD
+  bool negotiate_within_hosts = true;   // KOLO_HIT_BOARD
   bool hierarchical_allreduce = false;  // KOLO_HIERARCHICAL_ALLREDUCE
 
   // --- Elastic jobs (docs/elastic.md; kolorun sets both). ---

@@ -44,9 +44,9 @@ namespace kolo {
 constexpr int kGlobalProcessSet = 0;
 
 struct AllreduceRequest {
-  std::string name;     // Unique among this rank's in-flight collectives.
+  std::string name;  // Unique among this rank's in-flight collectives.
   TensorView input;
-  TensorView output;    // Same dtype/shape as input; may alias input.
+  TensorView output;  // Same dtype/shape as input; may alias input.
   ReduceOp op = ReduceOp::kSum;
   // result = postscale * reduce(prescale * input_r). kAverage divides by
   // the number of ranks that contributed (a scale factor like the others).
@@ -145,7 +145,8 @@ class Runtime {
   // up to options.start_timeout. If SIGPIPE has its default disposition it
   // is set to ignored, so that a write to a dead peer fails with an error
   // instead of killing the process.
-  static absl::StatusOr<std::unique_ptr<Runtime>> Create(const Options& options);
+  static absl::StatusOr<std::unique_ptr<Runtime>> Create(
+      const Options& options);
 
   // Options from the process environment (KOLO_* variables); InvalidArgument
   // naming the variable for a bad value.

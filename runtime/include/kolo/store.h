@@ -30,7 +30,8 @@ class Store {
   virtual ~Store() = default;
 
   // Sets `key` to `value`, replacing any earlier value, and wakes waiters.
-  virtual absl::Status Set(const std::string& key, const std::string& value) = 0;
+  virtual absl::Status Set(const std::string& key,
+                           const std::string& value) = 0;
 
   // Returns the value of `key`, waiting up to `timeout` for it to be set.
   // DeadlineExceeded (naming the key) if it is not set in time.

@@ -10,19 +10,19 @@
 // of <n> gen <g> params <values>"; rank 0 also "REPLAY <max abs
 // difference>" against a replay of the committed steps in one process.
 #include <signal.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
-#include <torch/torch.h>
-
 #include "kolo/torch/torch.h"
 
 namespace {
 
-const int64_t kSamples = std::getenv("SAMPLES") ? std::atoll(std::getenv("SAMPLES")) : 96;
+const int64_t kSamples =
+    std::getenv("SAMPLES") ? std::atoll(std::getenv("SAMPLES")) : 96;
 constexpr int64_t kBatch = 4;
 
 int EnvInt(const char* name, int fallback) {
@@ -115,10 +115,12 @@ int main() {
               Params(model).c_str());
   if (kolo::torch::rank() == 0) {
     torch::nn::Linear ref = MakeModel();
-    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05));
+    torch::optim::SGD ref_opt(ref->parameters(),
+                              torch::optim::SGDOptions(0.05));
     const int64_t steps = state.value("step");
     for (int64_t step = 0; step < steps; ++step) {
-      const int size = static_cast<int>(state.value("size." + std::to_string(step)));
+      const int size =
+          static_cast<int>(state.value("size." + std::to_string(step)));
       std::vector<std::vector<torch::Tensor>> grads;
       for (int r = 0; r < size; ++r) {
         ref_opt.zero_grad();
@@ -129,7 +131,8 @@ int main() {
                                      std::to_string(r * n + i)));
         }
         const auto idx = torch::tensor(part, torch::kLong);
-        torch::mse_loss(ref->forward(x.index({idx})), y.index({idx})).backward();
+        torch::mse_loss(ref->forward(x.index({idx})), y.index({idx}))
+            .backward();
         std::vector<torch::Tensor> g;
         for (const auto& p : ref->parameters()) g.push_back(p.grad().clone());
         grads.push_back(g);

@@ -166,14 +166,15 @@ TEST_P(TorchOps, TensorsThatRequireGradAreReducedOutsideAutograd) {
       EXPECT_TRUE(at::equal(base, want)) << tag;
 
       // Out of place on a non-contiguous tensor.
-      at::Tensor strided = Input(rank, {4, 3}, at::kFloat).t().requires_grad_(grad);
+      at::Tensor strided =
+          Input(rank, {4, 3}, at::kFloat).t().requires_grad_(grad);
       at::Tensor strided_sum = ctx[rank]->allreduce(
           strided,
           AllreduceOptions().name(tag + ".out.view").op(ReduceOp::kSum));
       EXPECT_FALSE(strided_sum.requires_grad()) << tag;
       EXPECT_TRUE(at::equal(strided_sum, want.t())) << tag;
-      EXPECT_TRUE(at::equal(strided.detach(),
-                            Input(rank, {4, 3}, at::kFloat).t()))
+      EXPECT_TRUE(
+          at::equal(strided.detach(), Input(rank, {4, 3}, at::kFloat).t()))
           << tag;
 
       // Out of place: a new tensor outside the graph, the input untouched.
@@ -346,8 +347,9 @@ TEST(TorchProcessSets, CollectivesWithinASet) {
     EXPECT_EQ(b.item<int>(), 2);  // global rank 2 is the set's rank 1
     // A root outside the set fails on every member, naming the set's ranks.
     try {
-      ctx[rank]->broadcast(at::zeros({1}),
-                           BroadcastOptions().name("b1").root(1).process_set(set));
+      ctx[rank]->broadcast(
+          at::zeros({1}),
+          BroadcastOptions().name("b1").root(1).process_set(set));
       ADD_FAILURE() << "a root outside the set was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument);

@@ -529,7 +529,8 @@ TEST(DataParallel, IsAnOptimizerWithTheWrappedOnesGroupsAndState) {
     const at::Tensor x = at::full({1, 3}, rank + 1.0, at::kDouble);
     // Step 1 at lr 1: the averaged gradient is (1 + 2) / 2 = 1.5 per weight.
     TrainStep(base, lin, x);
-    EXPECT_TRUE(at::allclose(lin->weight, at::full({1, 3}, 1.0 - 1.5, at::kDouble)));
+    EXPECT_TRUE(
+        at::allclose(lin->weight, at::full({1, 3}, 1.0 - 1.5, at::kDouble)));
     // LibTorch's StepLR changes the lr from its second step() on.
     scheduler.step();
     scheduler.step();
@@ -574,8 +575,8 @@ TEST(DataParallel, AdamStateAndCheckpointRoundTrip) {
   };
   const auto mine = lin->parameters(), theirs = other->parameters();
   for (size_t i = 0; i < mine.size(); ++i) {
-    const auto& a =
-        static_cast<const optim::AdamParamState&>(*opt.state().at(key(mine[i])));
+    const auto& a = static_cast<const optim::AdamParamState&>(
+        *opt.state().at(key(mine[i])));
     const auto& b = static_cast<const optim::AdamParamState&>(
         *restored.state().at(key(theirs[i])));
     EXPECT_EQ(a.step(), b.step());

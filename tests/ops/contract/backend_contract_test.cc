@@ -138,8 +138,9 @@ class BackendContractTest : public ::testing::TestWithParam<BackendParam> {
       c.hosts = hosts;
       auto b = BackendRegistry::Get().Create(DeviceType::kCpu, registered, c);
       if (b.ok() && fake_device) {
-        b = std::unique_ptr<Backend>(std::make_unique<testing::FakeDeviceBackend>(
-            std::move(*b), r, c.op_timeout));
+        b = std::unique_ptr<Backend>(
+            std::make_unique<testing::FakeDeviceBackend>(std::move(*b), r,
+                                                         c.op_timeout));
       }
       if (b.ok()) {
         backends_[r] = std::move(*b);

@@ -18,7 +18,8 @@ void ExpectCopies(int width) {
                                      256,  257,  2047, 2048,  2049,  4095,
                                      4096, 4097, 9000, 65536, 262147};
   std::vector<uint8_t> from(262147 + 128), to(262147 + 256);
-  for (size_t i = 0; i < from.size(); ++i) from[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t i = 0; i < from.size(); ++i)
+    from[i] = static_cast<uint8_t>(i * 7 + 3);
   for (size_t bytes : sizes) {
     for (size_t from_offset : {0, 1, 16, 63}) {
       for (size_t to_offset : {0, 1, 16, 33, 64}) {
@@ -35,8 +36,8 @@ void ExpectCopies(int width) {
             << from_offset << "/" << to_offset;
         for (uint8_t* p = to.data(); p < out; ++p) ASSERT_EQ(*p, 0xee);
         for (uint8_t* p = out + bytes; p < to.data() + to.size(); ++p) {
-          ASSERT_EQ(*p, 0xee) << "wrote past the end: width " << width
-                              << " bytes " << bytes;
+          ASSERT_EQ(*p, 0xee)
+              << "wrote past the end: width " << width << " bytes " << bytes;
         }
       }
     }

@@ -16,8 +16,8 @@ namespace {
 
 // Every dtype reductions take (bool is never reduced).
 constexpr DataType kAllTypes[] = {
-    DataType::kUint8,   DataType::kInt8,    DataType::kInt16,
-    DataType::kInt32,   DataType::kInt64,   DataType::kFloat16,
+    DataType::kUint8,    DataType::kInt8,    DataType::kInt16,
+    DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
     DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64,
 };
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage,
@@ -392,9 +392,9 @@ TEST(ReduceTest, HalfAndBfloat16RoundToNearestEven) {
 // multiple of the vector width.
 TEST(ReduceTest, HalfSumsAreBitExactForEveryPattern) {
   const std::vector<uint16_t> others = {
-      0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00, 0xbc00,
-      0x3c01, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x1234,
-      0x5555, 0xd555, 0x6000, 0x0200, 0xfe01};
+      0x0000, 0x8000, 0x0001, 0x8001, 0x03ff, 0x0400, 0x3c00,
+      0xbc00, 0x3c01, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00,
+      0x7c01, 0x1234, 0x5555, 0xd555, 0x6000, 0x0200, 0xfe01};
   const size_t n = 65536 + 5;
   std::vector<uint16_t> a(n), b(n), out(n);
   for (uint16_t other : others) {
@@ -405,8 +405,8 @@ TEST(ReduceTest, HalfSumsAreBitExactForEveryPattern) {
     Reduce(ReduceOp::kSum, DataType::kFloat16, out.data(), a.data(), b.data(),
            n);
     std::vector<uint16_t> in_place = a;
-    Reduce(ReduceOp::kSum, DataType::kFloat16, in_place.data(),
-           in_place.data(), b.data(), n);
+    Reduce(ReduceOp::kSum, DataType::kFloat16, in_place.data(), in_place.data(),
+           b.data(), n);
     for (size_t i = 0; i < n; ++i) {
       const uint16_t want = FloatToHalf(HalfToFloat(a[i]) + HalfToFloat(b[i]));
       ASSERT_EQ(out[i], want) << std::hex << a[i] << " + " << b[i];
@@ -415,7 +415,8 @@ TEST(ReduceTest, HalfSumsAreBitExactForEveryPattern) {
   }
 }
 
-// ---- ReduceMany (Note [16-bit sums rounded once]) ----------------------------
+// ---- ReduceMany (Note [16-bit sums rounded once])
+// ----------------------------
 
 // The reference for n inputs: 16-bit floats carried in float (RefFloat) over
 // every input and rounded once; other dtypes combined pairwise, in order.
@@ -454,16 +455,15 @@ TEST(ReduceManyTest, EveryTypeOpAndInputCountMatchesReference) {
   for (size_t n : {1, 2, 3, 4, 7}) {
     for (DataType dtype : kAllTypes) {
       for (ReduceOp op : kAllOps) {
-        for (size_t count : {size_t{0}, size_t{1}, size_t{9}, size_t{515},
-                             size_t{1031}}) {
+        for (size_t count :
+             {size_t{0}, size_t{1}, size_t{9}, size_t{515}, size_t{1031}}) {
           std::vector<std::vector<uint8_t>> in;
           std::vector<const void*> ptrs;
           for (size_t r = 0; r < n; ++r) {
             in.push_back(RandomBuffer(dtype, count, rng));
           }
           for (const auto& b : in) ptrs.push_back(b.data());
-          const std::vector<uint8_t> want =
-              ManyReference(op, dtype, in, count);
+          const std::vector<uint8_t> want = ManyReference(op, dtype, in, count);
           std::vector<uint8_t> out(count * DataTypeSize(dtype));
           ReduceMany(op, dtype, out.data(), ptrs.data(), n, count);
           // In place, into the first input.
@@ -504,7 +504,8 @@ TEST(ReduceManyTest, SixteenBitSumsAreRoundedOnce) {
     std::vector<std::vector<uint16_t>> in(n, std::vector<uint16_t>(count));
     std::vector<const void*> ptrs;
     for (auto& v : in) {
-      for (auto& x : v) x = half ? FloatToHalf(dist(gen)) : FloatToBfloat16(dist(gen));
+      for (auto& x : v)
+        x = half ? FloatToHalf(dist(gen)) : FloatToBfloat16(dist(gen));
       ptrs.push_back(v.data());
     }
     std::vector<uint16_t> once(count), pairwise = in[0];
@@ -545,8 +546,8 @@ TEST(ReduceManyTest, HalfSumsAreBitExactForEveryPattern) {
   const void* ptrs[] = {a.data(), b.data(), c.data()};
   ReduceMany(ReduceOp::kSum, DataType::kFloat16, out.data(), ptrs, 3, count);
   for (size_t i = 0; i < count; ++i) {
-    const uint16_t want = FloatToHalf(HalfToFloat(a[i]) + HalfToFloat(b[i]) +
-                                      HalfToFloat(c[i]));
+    const uint16_t want =
+        FloatToHalf(HalfToFloat(a[i]) + HalfToFloat(b[i]) + HalfToFloat(c[i]));
     ASSERT_TRUE(out[i] == want || (HalfIsNan(out[i]) && HalfIsNan(want)))
         << std::hex << a[i] << " + " << b[i] << " + " << c[i];
     if (!HalfIsNan(want)) ASSERT_EQ(out[i], want);

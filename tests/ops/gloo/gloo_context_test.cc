@@ -80,13 +80,13 @@ TEST(GlooContextTest, TheLoopThreadsRunUnderBatchAndTheCallersPolicyIsBack) {
     threads.emplace_back([&, rank] {
       ::gloo::AllreduceOptions opts(ranks[rank].context);
       opts.setOutput(data[rank].data(), data[rank].size());
-      opts.setReduceFunction(
-          [](void* out, const void* a, const void* b, size_t n) {
-            for (size_t i = 0; i < n; ++i) {
-              static_cast<float*>(out)[i] = static_cast<const float*>(a)[i] +
-                                            static_cast<const float*>(b)[i];
-            }
-          });
+      opts.setReduceFunction([](void* out, const void* a, const void* b,
+                                size_t n) {
+        for (size_t i = 0; i < n; ++i) {
+          static_cast<float*>(out)[i] =
+              static_cast<const float*>(a)[i] + static_cast<const float*>(b)[i];
+        }
+      });
       ::gloo::allreduce(opts);
     });
   }

@@ -4,6 +4,8 @@
 // loopback TCP), broadcast from every root, allgatherv and alltoallv,
 // bitwise-identical results; and the runtime choosing it for a set that
 // spans hosts.
+#include "ops/hierarchical/hierarchical_backend.h"
+
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -12,7 +14,6 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kolo/store.h"
-#include "ops/hierarchical/hierarchical_backend.h"
 #include "tests/testing/local_job.h"
 #include "tests/testing/values.h"
 
@@ -80,8 +81,8 @@ TEST_P(HierarchicalTest, AllreduceEveryDtypeAndOpIsExactAndIdentical) {
   const int size = static_cast<int>(hosts.size());
   auto set = CreateSet(hosts);
   for (DataType dtype : ::kolo::testing::AllDataTypes()) {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
-                        ReduceOp::kProduct}) {
+    for (ReduceOp op :
+         {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
       if (dtype == DataType::kUint8 &&
           (op == ReduceOp::kMin || op == ReduceOp::kMax)) {
         continue;  // negative inputs
@@ -101,19 +102,27 @@ TEST_P(HierarchicalTest, AllreduceEveryDtypeAndOpIsExactAndIdentical) {
         for (int r = 1; r < size; ++r) {
           const double v = Input(op, r, i);
           switch (op) {
-            case ReduceOp::kSum: want += v; break;
-            case ReduceOp::kMin: want = std::min(want, v); break;
-            case ReduceOp::kMax: want = std::max(want, v); break;
-            default: want *= v; break;
+            case ReduceOp::kSum:
+              want += v;
+              break;
+            case ReduceOp::kMin:
+              want = std::min(want, v);
+              break;
+            case ReduceOp::kMax:
+              want = std::max(want, v);
+              break;
+            default:
+              want *= v;
+              break;
           }
         }
         ASSERT_EQ(GetValue(dtype, data[0].data(), i), want)
             << DataTypeName(dtype) << " " << ReduceOpName(op) << " at " << i;
       }
       for (int r = 1; r < size; ++r) {
-        ASSERT_EQ(data[r], data[0]) << "rank " << r << " differs: "
-                                    << DataTypeName(dtype) << " "
-                                    << ReduceOpName(op);
+        ASSERT_EQ(data[r], data[0])
+            << "rank " << r << " differs: " << DataTypeName(dtype) << " "
+            << ReduceOpName(op);
       }
     }
   }

@@ -25,24 +25,23 @@ inline std::string NoGpuReason() {
 
 // GTEST_SKIP()s the current test, with "no GPU: <why>" (also on stdout, so
 // that a log of a plain run says what was skipped).
-#define KOLO_SKIP_WITHOUT_GPU()                                          \
-  do {                                                                   \
-    const std::string kolo_no_gpu = ::kolo::testing::NoGpuReason();      \
-    if (!kolo_no_gpu.empty()) {                                          \
-      std::printf("SKIPPED %s: no GPU: %s\n",                            \
-                  ::testing::UnitTest::GetInstance()                     \
-                      ->current_test_info()                              \
-                      ->name(),                                          \
-                  kolo_no_gpu.c_str());                                  \
-      GTEST_SKIP() << "no GPU: " << kolo_no_gpu;                         \
-    }                                                                    \
+#define KOLO_SKIP_WITHOUT_GPU()                                            \
+  do {                                                                     \
+    const std::string kolo_no_gpu = ::kolo::testing::NoGpuReason();        \
+    if (!kolo_no_gpu.empty()) {                                            \
+      std::printf(                                                         \
+          "SKIPPED %s: no GPU: %s\n",                                      \
+          ::testing::UnitTest::GetInstance()->current_test_info()->name(), \
+          kolo_no_gpu.c_str());                                            \
+      GTEST_SKIP() << "no GPU: " << kolo_no_gpu;                           \
+    }                                                                      \
   } while (0)
 
-#define KOLO_CUDA_OK(call)                                              \
-  do {                                                                  \
-    const cudaError_t kolo_err = (call);                                \
-    ASSERT_EQ(kolo_err, cudaSuccess) << #call ": "                      \
-                                     << cudaGetErrorString(kolo_err);   \
+#define KOLO_CUDA_OK(call)                             \
+  do {                                                 \
+    const cudaError_t kolo_err = (call);               \
+    ASSERT_EQ(kolo_err, cudaSuccess)                   \
+        << #call ": " << cudaGetErrorString(kolo_err); \
   } while (0)
 
 // cudaMalloc'd memory on the current device, freed on destruction.
@@ -59,12 +58,12 @@ class DeviceBuffer {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   bool Upload(const void* host, size_t bytes) {
-    return bytes == 0 ||
-           cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess;
+    return bytes == 0 || cudaMemcpy(data_, host, bytes,
+                                    cudaMemcpyHostToDevice) == cudaSuccess;
   }
   bool Download(void* host, size_t bytes) const {
-    return bytes == 0 ||
-           cudaMemcpy(host, data_, bytes, cudaMemcpyDeviceToHost) == cudaSuccess;
+    return bytes == 0 || cudaMemcpy(host, data_, bytes,
+                                    cudaMemcpyDeviceToHost) == cudaSuccess;
   }
 
  private:

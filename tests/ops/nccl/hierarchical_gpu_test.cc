@@ -38,7 +38,9 @@ using testing::DeviceBuffer;
 std::string g_self;  // this executable
 
 // Rank r's element i: small integers, so sums and halves are exact.
-double Value(int rank, size_t i) { return static_cast<double>((i + 3 * rank) % 11) - 3; }
+double Value(int rank, size_t i) {
+  return static_cast<double>((i + 3 * rank) % 11) - 3;
+}
 
 struct Case {
   DataType dtype;
@@ -66,11 +68,21 @@ double Expected(const Case& c, size_t i) {
   const double a = Value(0, i), b = Value(1, i);
   double r = 0;
   switch (c.op) {
-    case ReduceOp::kSum: r = a + b; break;
-    case ReduceOp::kAverage: r = (a + b) / 2; break;
-    case ReduceOp::kMin: r = std::min(a, b); break;
-    case ReduceOp::kMax: r = std::max(a, b); break;
-    case ReduceOp::kProduct: r = a * b; break;
+    case ReduceOp::kSum:
+      r = a + b;
+      break;
+    case ReduceOp::kAverage:
+      r = (a + b) / 2;
+      break;
+    case ReduceOp::kMin:
+      r = std::min(a, b);
+      break;
+    case ReduceOp::kMax:
+      r = std::max(a, b);
+      break;
+    case ReduceOp::kProduct:
+      r = a * b;
+      break;
   }
   return r * c.postscale;
 }
@@ -111,9 +123,9 @@ int Worker() {
       if (!buffers.back()->Upload(host.data(), bytes)) return 2;
       AllreduceRequest req;
       req.name = absl::StrCat("case", k);
-      req.input = req.output =
-          TensorView(buffers.back()->data(), c.dtype,
-                     {static_cast<int64_t>(c.n)}, Device::Cuda(rt.local_rank()));
+      req.input = req.output = TensorView(buffers.back()->data(), c.dtype,
+                                          {static_cast<int64_t>(c.n)},
+                                          Device::Cuda(rt.local_rank()));
       req.op = c.op;
       req.postscale = c.postscale;
       auto work = rt.Allreduce(req);
@@ -138,9 +150,11 @@ int Worker() {
         want.set(0, Expected(c, i));  // exact in every dtype used here
         if (got.at(i) != want.at(0)) {
           if (++failures < 10) {
-            std::fprintf(stderr, "rank %d case %zu (%s %s) element %zu: got %g, want %g\n",
-                         me, k, DataTypeName(c.dtype), ReduceOpName(c.op), i,
-                         got.at(i), want.at(0));
+            std::fprintf(
+                stderr,
+                "rank %d case %zu (%s %s) element %zu: got %g, want %g\n", me,
+                k, DataTypeName(c.dtype), ReduceOpName(c.op), i, got.at(i),
+                want.at(0));
           }
           break;
         }
@@ -204,11 +218,13 @@ TEST(HierarchicalGpu, TwoHostsOneGpuBitwiseIdenticalAndExact) {
   }
   for (auto& t : ranks) t.join();
   std::set<std::string> sums;
-  std::regex line(R"(rank (\d): 0 failures, checksum ([0-9a-f]+), shutdown ok)");
+  std::regex line(
+      R"(rank (\d): 0 failures, checksum ([0-9a-f]+), shutdown ok)");
   for (int r = 0; r < 2; ++r) {
     std::printf("---- rank %d (exit %d) ----\n%s", r, results[r].exit_code,
                 results[r].output.c_str());
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n"
+                                       << results[r].output;
     std::smatch m;
     if (std::regex_search(results[r].output, m, line)) sums.insert(m[2]);
   }

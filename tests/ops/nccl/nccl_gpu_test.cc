@@ -29,9 +29,9 @@
 namespace kolo {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Buffer;
 using testing::DeviceBuffer;
+using ::testing::HasSubstr;
 
 std::vector<ReduceOp> OpsFor(DataType dtype) {
   std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
@@ -42,11 +42,16 @@ std::vector<ReduceOp> OpsFor(DataType dtype) {
 
 double Tolerance(DataType dtype) {
   switch (dtype) {
-    case DataType::kFloat16: return 2e-3;
-    case DataType::kBfloat16: return 1.6e-2;
-    case DataType::kFloat32: return 1e-6;
-    case DataType::kFloat64: return 1e-12;
-    default: return 0;
+    case DataType::kFloat16:
+      return 2e-3;
+    case DataType::kBfloat16:
+      return 1.6e-2;
+    case DataType::kFloat32:
+      return 1e-6;
+    case DataType::kFloat64:
+      return 1e-12;
+    default:
+      return 0;
   }
 }
 
@@ -89,7 +94,8 @@ TEST_F(NcclGpuTest, AllreduceEveryDtypeOpAndScale) {
     for (ReduceOp op : OpsFor(dtype)) {
       // (prescale, postscale): floating point only; negative to swap min/max.
       std::vector<std::pair<double, double>> scales = {{1, 1}};
-      if (IsFloatingPoint(dtype)) scales.insert(scales.end(), {{0.5, 3}, {-0.5, 2}});
+      if (IsFloatingPoint(dtype))
+        scales.insert(scales.end(), {{0.5, 3}, {-0.5, 2}});
       for (auto [pre, post] : scales) {
         for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, size_t{70001}}) {
           const std::string what =
@@ -155,7 +161,8 @@ TEST_F(NcclGpuTest, FusedAllreduceOfManySmallTensors) {
     Buffer got(DataType::kFloat32, n);
     ASSERT_TRUE(buffers[t]->Download(got.data(), n * 4));
     for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(got.at(i), 2 * Input(i + t)) << "tensor " << t << " element " << i;
+      ASSERT_EQ(got.at(i), 2 * Input(i + t))
+          << "tensor " << t << " element " << i;
     }
   }
 }
@@ -173,7 +180,8 @@ TEST_F(NcclGpuTest, CpuAndCudaTensorsInOneStep) {
     req.name = t == 0 ? "mixed.cpu" : "mixed.cuda";
     req.input = req.output =
         t == 0 ? TensorView(cpu.data(), DataType::kFloat32, {1000})
-               : TensorView(gpu.data(), DataType::kFloat32, {1000}, Device::Cuda(0));
+               : TensorView(gpu.data(), DataType::kFloat32, {1000},
+                            Device::Cuda(0));
     req.postscale = 3;
     auto work = rt().Allreduce(req);
     ASSERT_TRUE(work.ok()) << work.status();
@@ -194,7 +202,8 @@ TEST_F(NcclGpuTest, BroadcastAllgatherAlltoallReducescatter) {
   Buffer host(DataType::kFloat32, n);
   for (size_t i = 0; i < n; ++i) host.set(i, Input(i));
   DeviceBuffer a(n * 4), b(n * 4), c(n * 4), d(n * 4), out(n * 4);
-  for (DeviceBuffer* buf : {&a, &b, &c, &d}) ASSERT_TRUE(buf->Upload(host.data(), n * 4));
+  for (DeviceBuffer* buf : {&a, &b, &c, &d})
+    ASSERT_TRUE(buf->Upload(host.data(), n * 4));
   const Device gpu = Device::Cuda(0);
 
   BroadcastRequest bc;
@@ -204,11 +213,13 @@ TEST_F(NcclGpuTest, BroadcastAllgatherAlltoallReducescatter) {
   ASSERT_TRUE(w1.ok()) << w1.status();
 
   std::vector<std::unique_ptr<DeviceBuffer>> outputs;
-  auto allocate = [&](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
+  auto allocate =
+      [&](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
     int64_t count = 1;
     for (int64_t d : shape) count *= d;
     outputs.push_back(std::make_unique<DeviceBuffer>(count * 4));
-    if (!outputs.back()->data()) return absl::ResourceExhaustedError("cudaMalloc");
+    if (!outputs.back()->data())
+      return absl::ResourceExhaustedError("cudaMalloc");
     return outputs.back()->data();
   };
   AllgatherRequest ag;
@@ -235,7 +246,8 @@ TEST_F(NcclGpuTest, BroadcastAllgatherAlltoallReducescatter) {
   rs.postscale = 4;
   auto w4 = rt().Reducescatter(rs);
   ASSERT_TRUE(w4.ok()) << w4.status();
-  for (auto* w : {&*w1, &*w3, &*w4}) ASSERT_TRUE(w->Wait(absl::Seconds(60)).ok());
+  for (auto* w : {&*w1, &*w3, &*w4})
+    ASSERT_TRUE(w->Wait(absl::Seconds(60)).ok());
   EXPECT_EQ(w2->received_splits(), std::vector<int64_t>{rows});
   EXPECT_EQ(w3->received_splits(), std::vector<int64_t>{rows});
   ASSERT_EQ(outputs.size(), 2u);
@@ -262,8 +274,9 @@ TEST_F(NcclGpuTest, WaitsForAReadyEventThatTurnsReadyLater) {
   auto ready = std::make_shared<testing::FlagReadyEvent>();
   AllreduceRequest req;
   req.name = "late";
-  req.input = req.output = TensorView(buf.data(), DataType::kFloat32,
-                                      {static_cast<int64_t>(n)}, Device::Cuda(0));
+  req.input = req.output =
+      TensorView(buf.data(), DataType::kFloat32, {static_cast<int64_t>(n)},
+                 Device::Cuda(0));
   req.input.ready = req.output.ready = ready;
   req.postscale = 2;
   auto work = rt().Allreduce(req);
@@ -303,8 +316,9 @@ TEST_F(NcclGpuTest, WithoutReadyEventOrdersAfterTheDefaultStream) {
                                cudaMemcpyHostToDevice, cudaStreamLegacy));
   AllreduceRequest req;
   req.name = "default-stream";
-  req.input = req.output = TensorView(buf.data(), DataType::kFloat32,
-                                      {static_cast<int64_t>(n)}, Device::Cuda(0));
+  req.input = req.output =
+      TensorView(buf.data(), DataType::kFloat32, {static_cast<int64_t>(n)},
+                 Device::Cuda(0));
   req.postscale = 2;
   auto work = rt().Allreduce(req);
   ASSERT_TRUE(work.ok()) << work.status();
@@ -325,7 +339,8 @@ std::unique_ptr<Backend> MakeBackend(absl::Duration op_timeout) {
   context.device = Device::Cuda(0);
   context.op_timeout = op_timeout;
   context.start_timeout = absl::Seconds(30);
-  auto backend = BackendRegistry::Get().Create(DeviceType::kCuda, "nccl", context);
+  auto backend =
+      BackendRegistry::Get().Create(DeviceType::kCuda, "nccl", context);
   EXPECT_TRUE(backend.ok()) << backend.status();
   return backend.ok() ? std::move(*backend) : nullptr;
 }
@@ -344,7 +359,8 @@ TEST(NcclGpuBackend, WatchdogAbortsACollectiveThatExceedsTheOpTimeout) {
   std::atomic<bool> release{false};
   KOLO_CUDA_OK(cudaLaunchHostFunc(cudaStreamLegacy, BlockStream, &release));
   ASSERT_TRUE(backend->WaitReady({nullptr}).ok());
-  ASSERT_TRUE(backend->Allreduce(*mem, 1024, DataType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(
+      backend->Allreduce(*mem, 1024, DataType::kFloat32, ReduceOp::kSum).ok());
   std::promise<absl::Status> done;
   const auto start = std::chrono::steady_clock::now();
   backend->Finish([&](absl::Status s) { done.set_value(s); });
@@ -357,13 +373,16 @@ TEST(NcclGpuBackend, WatchdogAbortsACollectiveThatExceedsTheOpTimeout) {
     }
     release = true;
   });
-  ASSERT_EQ(result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
-  const double seconds = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(30)),
+            std::future_status::ready);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   release = true;
   releaser.join();
   absl::Status s = result.get();
-  std::printf("watchdog fired after %.2f s: %s\n", seconds, s.ToString().c_str());
+  std::printf("watchdog fired after %.2f s: %s\n", seconds,
+              s.ToString().c_str());
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(s.message()),
               HasSubstr("NCCL allreduce did not complete within 2 s "

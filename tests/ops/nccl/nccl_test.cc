@@ -35,7 +35,8 @@ TEST(CudaProbe, NamesWhyTheDeviceIsUnusable) {
   absl::Status s = nccl::ProbeCudaDevice(MissingDevice());
   ASSERT_FALSE(s.ok());
   if (!count.ok()) {
-    std::printf("no GPU here: %s\n", std::string(count.status().message()).c_str());
+    std::printf("no GPU here: %s\n",
+                std::string(count.status().message()).c_str());
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(std::string(s.message()),
                 StartsWith("no CUDA device is visible to this process "
@@ -67,7 +68,8 @@ TEST(NcclFactory, FailsWithTheProbesErrorOnAMissingDevice) {
   auto backend = BackendRegistry::Get().Create(DeviceType::kCuda, context);
   ASSERT_FALSE(backend.ok());
   EXPECT_EQ(backend.status(), nccl::ProbeCudaDevice(MissingDevice()));
-  auto by_name = BackendRegistry::Get().Create(DeviceType::kCuda, "nccl", context);
+  auto by_name =
+      BackendRegistry::Get().Create(DeviceType::kCuda, "nccl", context);
   EXPECT_EQ(by_name.status(), backend.status());
 }
 
@@ -85,8 +87,8 @@ TEST(NcclRuntime, RejectsACudaTensorOnAMissingDeviceAtSubmit) {
   const std::string message(work.status().message());
   EXPECT_THAT(message, HasSubstr("allreduce \"layer1.weight.grad\""));
   EXPECT_THAT(message, HasSubstr(device.ToString()));
-  EXPECT_THAT(message, HasSubstr(std::string(
-                           nccl::ProbeCudaDevice(device).message())));
+  EXPECT_THAT(message,
+              HasSubstr(std::string(nccl::ProbeCudaDevice(device).message())));
   // The runtime is still usable for CPU tensors.
   std::vector<float> x(5, 2.0f);
   AllreduceRequest cpu;
@@ -115,8 +117,10 @@ TEST(SplitEvenly, OffsetsCoverTheBufferWithTheFirstShardsLarger) {
     ASSERT_EQ(shards.size(), c.counts.size());
     size_t offset = 0;
     for (size_t k = 0; k < shards.size(); ++k) {
-      EXPECT_EQ(shards[k].offset, offset) << c.count << "/" << c.parts << " #" << k;
-      EXPECT_EQ(shards[k].count, c.counts[k]) << c.count << "/" << c.parts << " #" << k;
+      EXPECT_EQ(shards[k].offset, offset)
+          << c.count << "/" << c.parts << " #" << k;
+      EXPECT_EQ(shards[k].count, c.counts[k])
+          << c.count << "/" << c.parts << " #" << k;
       offset += shards[k].count;
     }
     EXPECT_EQ(offset, c.count);
@@ -130,10 +134,10 @@ TEST(NcclTypes, EveryKoloDtypeMapsToTheNcclTypeOfTheSameLayout) {
     ncclDataType_t nccl;
   };
   const std::vector<Case> cases = {
-      {DataType::kUint8, ncclUint8},       {DataType::kInt8, ncclInt8},
-      {DataType::kInt32, ncclInt32},       {DataType::kInt64, ncclInt64},
-      {DataType::kFloat16, ncclFloat16},   {DataType::kBfloat16, ncclBfloat16},
-      {DataType::kFloat32, ncclFloat32},   {DataType::kFloat64, ncclFloat64},
+      {DataType::kUint8, ncclUint8},     {DataType::kInt8, ncclInt8},
+      {DataType::kInt32, ncclInt32},     {DataType::kInt64, ncclInt64},
+      {DataType::kFloat16, ncclFloat16}, {DataType::kBfloat16, ncclBfloat16},
+      {DataType::kFloat32, ncclFloat32}, {DataType::kFloat64, ncclFloat64},
       {DataType::kBool, ncclUint8}};
   // int16 has no NCCL type: the runtime refuses int16 CUDA tensors
   // (Runtime.Int16CudaTensorsAreRefused in tests/runtime/api/errors_test.cc).
@@ -174,7 +178,8 @@ TEST(NcclTypes, PreMulSumScalarsAreEncodedInTheTensorsDtype) {
 }
 
 TEST(NcclTypes, ScaledReductionsBecomeAPreMulSumOrAPostscale) {
-  nccl::ScaledReduction p = nccl::PlanScaledReduction(ReduceOp::kSum, 0.5, 4, 3);
+  nccl::ScaledReduction p =
+      nccl::PlanScaledReduction(ReduceOp::kSum, 0.5, 4, 3);
   EXPECT_EQ(p.op, ReduceOp::kSum);
   EXPECT_EQ(p.premul, 2.0);
   EXPECT_EQ(p.postscale, 1.0);
@@ -194,8 +199,8 @@ TEST(NcclTypes, ScaledReductionsBecomeAPreMulSumOrAPostscale) {
   EXPECT_EQ(p.premul, 1.0);
   EXPECT_EQ(p.postscale, 4.0);
   // No scaling: plain ops.
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
-                      ReduceOp::kProduct}) {
+  for (ReduceOp op :
+       {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
     p = nccl::PlanScaledReduction(op, 1, 1, 5);
     EXPECT_EQ(p.op, op);
     EXPECT_EQ(p.premul, 1.0);

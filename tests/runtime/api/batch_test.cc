@@ -68,17 +68,15 @@ TEST_P(Batch, MatchesOneCallPerTensor) {
         for (int64_t i = 0; i < kCounts[t]; ++i) {
           float expected = 0;
           for (int q = 0; q < n; ++q) expected += q + 1 + step + i % 5;
-          ASSERT_EQ(data[t][i], expected)
-              << "rank " << r << " step " << step << " tensor " << t << "[" << i
-              << "]";
+          ASSERT_EQ(data[t][i], expected) << "rank " << r << " step " << step
+                                          << " tensor " << t << "[" << i << "]";
         }
       }
     }
   });
   const RuntimeStats stats = rts[0]->stats();
   const Counts counters = rts[0]->Counters();
-  EXPECT_EQ(stats.tensors_executed,
-            static_cast<int64_t>(4 * kCounts.size()));
+  EXPECT_EQ(stats.tensors_executed, static_cast<int64_t>(4 * kCounts.size()));
   if (n > 1) {
     EXPECT_GT(counters.at("negotiation.cache_hits_sent"), 0);
   }
@@ -114,9 +112,8 @@ TEST_P(Batch, RefusesAllOrNone) {
       << refused.status();
 
   // A name twice.
-  std::vector<AllreduceRequest> twice = {Request("a", data[0]),
-                                         Request("c", other[0]),
-                                         Request("a", other[0])};
+  std::vector<AllreduceRequest> twice = {
+      Request("a", data[0]), Request("c", other[0]), Request("a", other[0])};
   refused = rts[0]->AllreduceBatch(twice);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("given twice"), std::string::npos)

@@ -46,10 +46,17 @@ double Expected(ReduceOp op, DataType dtype, int size, size_t i) {
   for (int r = 1; r < size; ++r) {
     double v = InputValue(op, dtype, r, i);
     switch (op) {
-      case ReduceOp::kMin: acc = std::min(acc, v); break;
-      case ReduceOp::kMax: acc = std::max(acc, v); break;
-      case ReduceOp::kProduct: acc *= v; break;
-      default: acc += v;
+      case ReduceOp::kMin:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case ReduceOp::kProduct:
+        acc *= v;
+        break;
+      default:
+        acc += v;
     }
   }
   if (op != ReduceOp::kAverage) return acc;
@@ -102,10 +109,10 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
       AllreduceRequest req;
       req.name = c.name;
       req.op = c.op;
-      req.input = TensorView(in[k].data(), c.dtype,
-                             {static_cast<int64_t>(c.count)});
-      req.output = TensorView(out[k].data(), c.dtype,
-                              {static_cast<int64_t>(c.count)});
+      req.input =
+          TensorView(in[k].data(), c.dtype, {static_cast<int64_t>(c.count)});
+      req.output =
+          TensorView(out[k].data(), c.dtype, {static_cast<int64_t>(c.count)});
       auto w = rts[r]->Allreduce(req);
       ASSERT_TRUE(w.ok()) << c.name << ": " << w.status();
       works[k] = *w;
@@ -138,9 +145,8 @@ TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
 TEST_P(Collectives, LargeAllreduceInPlaceAndScaled) {
   const int n = size();
   // A small fusion threshold splits the 12 MB tensors into separate buckets.
-  auto rts = testing::StartJob(n, [](Options& o) {
-    o.fusion_threshold_bytes = 4 << 20;
-  });
+  auto rts = testing::StartJob(
+      n, [](Options& o) { o.fusion_threshold_bytes = 4 << 20; });
   const size_t count = 3 * 1024 * 1024 + 3;  // several MB, odd
   OnEachRank(n, [&](int r) {
     std::vector<float> a(count), b(count);
@@ -150,12 +156,12 @@ TEST_P(Collectives, LargeAllreduceInPlaceAndScaled) {
     }
     AllreduceRequest ra;
     ra.name = "big/a";
-    ra.input = ra.output = TensorView(a.data(), DataType::kFloat32,
-                                      {static_cast<int64_t>(count)});
+    ra.input = ra.output =
+        TensorView(a.data(), DataType::kFloat32, {static_cast<int64_t>(count)});
     AllreduceRequest rb;
     rb.name = "big/b";
-    rb.input = rb.output = TensorView(b.data(), DataType::kFloat32,
-                                      {static_cast<int64_t>(count)});
+    rb.input = rb.output =
+        TensorView(b.data(), DataType::kFloat32, {static_cast<int64_t>(count)});
     rb.prescale = 2.0;
     rb.postscale = 0.5;
     auto wa = rts[r]->Allreduce(ra);
@@ -168,7 +174,8 @@ TEST_P(Collectives, LargeAllreduceInPlaceAndScaled) {
       ASSERT_EQ(a[i], n * static_cast<float>(i % 1000) + rank_sum) << i;
       ASSERT_EQ(b[i], rank_sum + n) << i;
     }
-    ASSERT_EQ(a[count - 1], n * static_cast<float>((count - 1) % 1000) + rank_sum);
+    ASSERT_EQ(a[count - 1],
+              n * static_cast<float>((count - 1) % 1000) + rank_sum);
   });
   testing::ShutdownJob(rts);
 }
@@ -221,13 +228,14 @@ TEST_P(Collectives, AllgatherUnevenFirstDimension) {
     std::vector<Work> works;
     for (int t = 0; t < kTensors; ++t) {
       const int rows = (r + t) % 3;
-      for (int i = 0; i < rows * 4; ++i) in[t].push_back(1000 * r + 100 * t + i);
+      for (int i = 0; i < rows * 4; ++i)
+        in[t].push_back(1000 * r + 100 * t + i);
       AllgatherRequest req;
       req.name = absl::StrCat("gather/", t);
       req.input = TensorView(in[t].data(), DataType::kInt32, {rows, 4});
       auto* target = &out[t];
-      req.allocator = [target](const std::vector<int64_t>& shape)
-          -> absl::StatusOr<void*> {
+      req.allocator =
+          [target](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
         EXPECT_EQ(shape.size(), 2u);
         EXPECT_EQ(shape[1], 4);
         target->resize(shape[0] * shape[1]);
@@ -244,7 +252,8 @@ TEST_P(Collectives, AllgatherUnevenFirstDimension) {
       for (int k = 0; k < n; ++k) {
         const int rows = (k + t) % 3;
         splits.push_back(rows);
-        for (int i = 0; i < rows * 4; ++i) want.push_back(1000 * k + 100 * t + i);
+        for (int i = 0; i < rows * 4; ++i)
+          want.push_back(1000 * k + 100 * t + i);
       }
       EXPECT_EQ(out[t], want) << "tensor " << t << " on rank " << r;
       EXPECT_EQ(works[t].received_splits(), splits);
@@ -257,12 +266,12 @@ TEST_P(Collectives, AllgatherUnevenFirstDimension) {
 // each scale in double, truncated toward zero and clamped to the type.
 double HorovodScaled(DataType dtype, double v, double factor) {
   const double x = v * factor;
-  const double low = dtype == DataType::kUint8  ? 0
-                     : dtype == DataType::kInt8 ? -128
+  const double low = dtype == DataType::kUint8   ? 0
+                     : dtype == DataType::kInt8  ? -128
                      : dtype == DataType::kInt16 ? -32768
                                                  : -1e300;
-  const double high = dtype == DataType::kUint8  ? 255
-                      : dtype == DataType::kInt8 ? 127
+  const double high = dtype == DataType::kUint8   ? 255
+                      : dtype == DataType::kInt8  ? 127
                       : dtype == DataType::kInt16 ? 32767
                                                   : 1e300;
   return std::min(high, std::max(low, std::trunc(x)));
@@ -317,7 +326,8 @@ TEST_P(Collectives, IntegerAveragesAndScaleFactorsAsHorovod) {
             const double x = input(dtype, q, i);
             sum += k.prescale == 1.0 ? x : HorovodScaled(dtype, x, k.prescale);
           }
-          ASSERT_EQ(out.at(i), post == 1.0 ? sum : HorovodScaled(dtype, sum, post))
+          ASSERT_EQ(out.at(i),
+                    post == 1.0 ? sum : HorovodScaled(dtype, sum, post))
               << req.name << " element " << i << " on rank " << r;
         }
         results[r].push_back(out.bytes);
@@ -368,9 +378,9 @@ TEST_P(Collectives, BroadcastRootOutsideTheSetFailsOnEveryRank) {
     ASSERT_TRUE(b.ok()) << b.status();
     const absl::Status s = b->Wait(absl::Seconds(60));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_NE(s.message().find(absl::StrCat(
-                  "broadcast \"bad/root\": root rank ", n,
-                  " is not a member of the process set (ranks 0")),
+    EXPECT_NE(s.message().find(
+                  absl::StrCat("broadcast \"bad/root\": root rank ", n,
+                               " is not a member of the process set (ranks 0")),
               std::string::npos)
         << s;
     EXPECT_EQ(ints[0], 1);
@@ -392,7 +402,8 @@ TEST_P(Collectives, RejectsBadRequestsAtOnce) {
 
   AllreduceRequest null_data;
   null_data.name = "null";
-  null_data.input = null_data.output = TensorView(nullptr, DataType::kFloat32, {3});
+  null_data.input = null_data.output =
+      TensorView(nullptr, DataType::kFloat32, {3});
   EXPECT_EQ(rts[0]->Allreduce(null_data).status().code(),
             absl::StatusCode::kInvalidArgument);
   testing::ShutdownJob(rts);

@@ -1,6 +1,5 @@
 // Configuration parsing from an environment map (no setenv).
 #include "runtime/api/config.h"
-#include "runtime/net/hosts.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/net/hosts.h"
 
 namespace kolo {
 namespace {
@@ -143,7 +143,8 @@ TEST(Config, SecretFileMustBePrivate) {
   auto o = ParseOptions({{"KOLO_SECRET_FILE", path}});
   ASSERT_FALSE(o.ok());
   EXPECT_THAT(std::string(o.status().message()), HasSubstr("0600"));
-  EXPECT_THAT(std::string(o.status().message()), ::testing::Not(HasSubstr("abcdef")));
+  EXPECT_THAT(std::string(o.status().message()),
+              ::testing::Not(HasSubstr("abcdef")));
   chmod(path.c_str(), 0600);
   o = ParseOptions({{"KOLO_SECRET_FILE", path}});
   ASSERT_TRUE(o.ok()) << o.status();

@@ -108,7 +108,8 @@ TEST(DevicePathTest, EveryCollectiveOnTheDevicePath) {
     AllgatherRequest ag;
     ag.name = "g";
     ag.input = Cuda(g, 0);
-    ag.allocator = [&](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
+    ag.allocator =
+        [&](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
       gathered.resize(shape[0]);
       return static_cast<void*>(gathered.data());
     };
@@ -123,7 +124,8 @@ TEST(DevicePathTest, EveryCollectiveOnTheDevicePath) {
     AlltoallRequest at;
     at.name = "t";
     at.input = Cuda(in, 0);
-    at.allocator = [&](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
+    at.allocator =
+        [&](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
       out.resize(shape[0]);
       return static_cast<void*>(out.data());
     };
@@ -204,9 +206,8 @@ TEST(DevicePathTest, CpuOnOneRankAndCudaOnAnotherIsAMismatch) {
     std::vector<float> v(4, 1.0f);
     AllreduceRequest a;
     a.name = "where";
-    a.input = a.output = r == 0
-        ? TensorView(v.data(), DataType::kFloat32, {4})
-        : Cuda(v, 0);
+    a.input = a.output =
+        r == 0 ? TensorView(v.data(), DataType::kFloat32, {4}) : Cuda(v, 0);
     absl::Status s = rts[r]->Allreduce(a)->Wait();
     EXPECT_THAT(std::string(s.message()),
                 HasSubstr("device mismatch: rank 0 has cpu; rank 1 has cuda"))

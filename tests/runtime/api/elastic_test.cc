@@ -10,9 +10,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
-
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -88,8 +87,8 @@ TEST(ElasticMembersTest, FormatsAndParsesAssignments) {
   absl::StatusOr<Assignment> done = elastic::ParseMembers("done", 5, 7);
   ASSERT_TRUE(done.ok());
   EXPECT_FALSE(done->member);
-  for (const char* bad : {"7 1 3", "7 3 3 0 1 0 1", "x 0 1 0 1 0 1",
-                          "7 0 1 0 1 0 1 5"}) {
+  for (const char* bad :
+       {"7 1 3", "7 3 3 0 1 0 1", "x 0 1 0 1 0 1", "7 0 1 0 1 0 1 5"}) {
     absl::StatusOr<Assignment> parsed = elastic::ParseMembers(bad, 2, 7);
     EXPECT_TRUE(absl::IsInvalidArgument(parsed.status())) << bad;
     EXPECT_NE(parsed.status().message().find("generation 2"), std::string::npos)
@@ -141,13 +140,15 @@ TEST(ElasticMembershipTest, LeavesWithTheLostRankAndTakesTheNextAssignment) {
 
   // A generation superseded before the worker read it is skipped.
   ASSERT_TRUE(store->Set("elastic/2/members", "5 0 1 0 1 0 1").ok());
-  ASSERT_TRUE(store->Set("elastic/3/members", "5 0 2 0 2 0 1;6 1 2 1 2 0 1").ok());
+  ASSERT_TRUE(
+      store->Set("elastic/3/members", "5 0 2 0 2 0 1;6 1 2 1 2 0 1").ok());
   ASSERT_TRUE(store->Set("elastic/generation", "3").ok());
   next = m->Next(absl::OkStatus());
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->generation, 3);
   EXPECT_EQ(m->options().size, 2);
-  absl::StatusOr<std::string> left = store->Get("elastic/1/left/5", absl::ZeroDuration());
+  absl::StatusOr<std::string> left =
+      store->Get("elastic/1/left/5", absl::ZeroDuration());
   ASSERT_TRUE(left.ok());
   EXPECT_EQ(*left, "-1 re-forming");
 

@@ -51,7 +51,8 @@ TEST(Errors, ShapeMismatchNamesEveryRankThenJobContinues) {
     return Request("grad/w", d, {dim, dim, dim});
   });
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(status[r].code(), absl::StatusCode::kInvalidArgument) << status[r];
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kInvalidArgument)
+        << status[r];
     EXPECT_THAT(std::string(status[r].message()),
                 HasSubstr("allreduce \"grad/w\": shape mismatch: ranks 0, 2 "
                           "have [17,17,17]; rank 1 has [18,18,18]"));
@@ -73,8 +74,9 @@ TEST(Errors, DtypeOpAndScaleMismatches) {
   });
   for (auto& s : dtype) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr("dtype mismatch: rank 0 has float32; rank 1 has int32"));
+    EXPECT_THAT(
+        std::string(s.message()),
+        HasSubstr("dtype mismatch: rank 0 has float32; rank 1 has int32"));
   }
   auto op = RunPerRank(rts, [](int r, std::vector<float>& d) {
     AllreduceRequest req = Request("t/op", d, {8});
@@ -82,8 +84,9 @@ TEST(Errors, DtypeOpAndScaleMismatches) {
     return req;
   });
   for (auto& s : op) {
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr("reduce op mismatch: rank 0 has sum; rank 1 has max"));
+    EXPECT_THAT(
+        std::string(s.message()),
+        HasSubstr("reduce op mismatch: rank 0 has sum; rank 1 has max"));
   }
   auto scale = RunPerRank(rts, [](int r, std::vector<float>& d) {
     AllreduceRequest req = Request("t/scale", d, {8});
@@ -91,7 +94,8 @@ TEST(Errors, DtypeOpAndScaleMismatches) {
     return req;
   });
   for (auto& s : scale) {
-    EXPECT_THAT(std::string(s.message()), HasSubstr("postscale factor mismatch"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("postscale factor mismatch"));
   }
   testing::ShutdownJob(rts);
 }
@@ -112,12 +116,14 @@ TEST(Errors, BroadcastRootAndCollectiveTypeMismatch) {
       b.root = 0;
       kind[r] = rts[r]->Broadcast(b)->Wait(absl::Seconds(30));
     } else {
-      kind[r] = rts[r]->Allreduce(Request("k", d, {4}))->Wait(absl::Seconds(30));
+      kind[r] =
+          rts[r]->Allreduce(Request("k", d, {4}))->Wait(absl::Seconds(30));
     }
   });
   for (auto& s : status) {
-    EXPECT_THAT(std::string(s.message()),
-                HasSubstr("root mismatch: rank 0 has root 0; rank 1 has root 1"));
+    EXPECT_THAT(
+        std::string(s.message()),
+        HasSubstr("root mismatch: rank 0 has root 0; rank 1 has root 1"));
   }
   for (auto& s : kind) {
     EXPECT_THAT(std::string(s.message()),
@@ -148,9 +154,8 @@ TEST(Errors, DuplicateInFlightNameFailsAtOnceFirstCompletes) {
 }
 
 TEST(Errors, OpTimeoutNamesTheRanksThatDidNotSubmit) {
-  auto rts = testing::StartJob(3, [](Options& o) {
-    o.op_timeout = absl::Seconds(1);
-  });
+  auto rts =
+      testing::StartJob(3, [](Options& o) { o.op_timeout = absl::Seconds(1); });
   std::vector<float> d0(4), d2(4);
   auto w0 = rts[0]->Allreduce(Request("lonely", d0, {4}));
   auto w2 = rts[2]->Allreduce(Request("lonely", d2, {4}));
@@ -236,8 +241,9 @@ TEST(Errors, BoolIsMovedNotReducedAndInt16ReducesOnTheCpu) {
     ASSERT_FALSE(gpu.ok());
     const std::string message(gpu.status().message());
     // Builds without a CUDA backend refuse the device before the dtype.
-    EXPECT_TRUE(absl::StrContains(message, "NCCL has no 16-bit integer type") ||
-                absl::StrContains(message, "for which this build has no backend"))
+    EXPECT_TRUE(
+        absl::StrContains(message, "NCCL has no 16-bit integer type") ||
+        absl::StrContains(message, "for which this build has no backend"))
         << message;
   });
   testing::ShutdownJob(rts);

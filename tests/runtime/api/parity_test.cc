@@ -46,7 +46,8 @@ TEST_P(Parity, AlltoallWithUnevenSplits) {
         in.push_back(-(100 * r + 10 * k + i));
       }
     }
-    const int64_t rows = std::accumulate(splits.begin(), splits.end(), int64_t{0});
+    const int64_t rows =
+        std::accumulate(splits.begin(), splits.end(), int64_t{0});
     std::vector<float> out;
     std::vector<int64_t> shape;
     AlltoallRequest req;
@@ -67,7 +68,8 @@ TEST_P(Parity, AlltoallWithUnevenSplits) {
       }
     }
     EXPECT_EQ(out, want) << "rank " << r;
-    EXPECT_EQ(shape, (std::vector<int64_t>{static_cast<int64_t>(want.size() / 2), 2}));
+    EXPECT_EQ(shape,
+              (std::vector<int64_t>{static_cast<int64_t>(want.size() / 2), 2}));
     EXPECT_EQ(w->received_splits(), received);
   });
   // Splits that do not add up are rejected at once.
@@ -77,7 +79,8 @@ TEST_P(Parity, AlltoallWithUnevenSplits) {
   bad.input = TensorView(x.data(), DataType::kFloat32, {4});
   bad.splits = std::vector<int64_t>(n, 5);
   bad.allocator = VectorAllocator(&x);
-  EXPECT_EQ(rts[0]->Alltoall(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rts[0]->Alltoall(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
   testing::ShutdownJob(rts);
 }
 
@@ -100,7 +103,8 @@ TEST_P(Parity, ReducescatterSumAndAverageUnevenRows) {
       ASSERT_TRUE(w.ok()) << w.status();
       ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok()) << w->status();
       int64_t first_row = 0;
-      for (int k = 0; k < r; ++k) first_row += rows / n + (k < rows % n ? 1 : 0);
+      for (int k = 0; k < r; ++k)
+        first_row += rows / n + (k < rows % n ? 1 : 0);
       const float rank_sum = n * (n + 1) / 2.0f;
       for (size_t j = 0; j < out.size(); ++j) {
         float want = rank_sum * (first_row * cols + j + 1);
@@ -123,7 +127,8 @@ TEST_P(Parity, ReducescatterSumAndAverageUnevenRows) {
     if (n > 1) {
       auto w = rts[r]->Reducescatter(bad);
       EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
-      EXPECT_THAT(std::string(w.status().message()), HasSubstr("output must be"));
+      EXPECT_THAT(std::string(w.status().message()),
+                  HasSubstr("output must be"));
     }
   });
   testing::ShutdownJob(rts);
@@ -137,11 +142,14 @@ TEST_P(Parity, GroupedAllreduceIsOneUnit) {
     std::vector<double> c(3, 1.0);
     std::vector<AllreduceRequest> group(3);
     group[0].name = "g/a";
-    group[0].input = group[0].output = TensorView(a.data(), DataType::kFloat32, {5});
+    group[0].input = group[0].output =
+        TensorView(a.data(), DataType::kFloat32, {5});
     group[1].name = "g/b";
-    group[1].input = group[1].output = TensorView(b.data(), DataType::kFloat32, {1});
+    group[1].input = group[1].output =
+        TensorView(b.data(), DataType::kFloat32, {1});
     group[2].name = "g/c";
-    group[2].input = group[2].output = TensorView(c.data(), DataType::kFloat64, {3});
+    group[2].input = group[2].output =
+        TensorView(c.data(), DataType::kFloat64, {3});
     auto w = rts[r]->GroupedAllreduce(group);
     ASSERT_TRUE(w.ok()) << w.status();
     ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok()) << w->status();
@@ -157,14 +165,16 @@ TEST_P(Parity, GroupedAllreduceIsOneUnit) {
       std::vector<float> a(4), b(4);
       std::vector<AllreduceRequest> group(2);
       group[0].name = "h/a";
-      group[0].input = group[0].output = TensorView(a.data(), DataType::kFloat32, {4});
+      group[0].input = group[0].output =
+          TensorView(a.data(), DataType::kFloat32, {4});
       group[1].name = "h/b";
       group[1].input = group[1].output =
           TensorView(b.data(), DataType::kFloat32, {r == n - 1 ? 2 : 4});
       status[r] = rts[r]->GroupedAllreduce(group)->Wait(absl::Seconds(30));
     });
     for (int r = 0; r < n; ++r) {
-      EXPECT_EQ(status[r].code(), absl::StatusCode::kInvalidArgument) << status[r];
+      EXPECT_EQ(status[r].code(), absl::StatusCode::kInvalidArgument)
+          << status[r];
       EXPECT_THAT(std::string(status[r].message()), HasSubstr("h/b"));
     }
   }
@@ -200,9 +210,8 @@ TEST_P(Parity, BarrierWaitsForEveryRank) {
 TEST_P(Parity, JoinWithUnevenSteps) {
   const int n = size();
   for (bool over_world : {false, true}) {
-    auto rts = testing::StartJob(n, [&](Options& o) {
-      o.join_average_over_set_size = over_world;
-    });
+    auto rts = testing::StartJob(
+        n, [&](Options& o) { o.join_average_over_set_size = over_world; });
     std::vector<int> last(n, -1);
     OnEachRank(n, [&](int r) {
       // The last rank runs out of data after 5 steps, the others do 8.
@@ -302,8 +311,9 @@ TEST(ProcessSets, RuntimeAndStartupSets) {
   // Mismatched ranks in a collective set creation fail on every rank.
   std::vector<absl::Status> status(n);
   OnEachRank(n, [&](int r) {
-    status[r] = rts[r]->AddProcessSet(r == 0 ? std::vector<int>{0, 2}
-                                             : std::vector<int>{0, 3})
+    status[r] = rts[r]
+                    ->AddProcessSet(r == 0 ? std::vector<int>{0, 2}
+                                           : std::vector<int>{0, 3})
                     .status();
   });
   for (int r = 0; r < n; ++r) {
@@ -375,13 +385,13 @@ TEST(ProcessSets, CreatedByTheirMembersAlone) {
 // the set are not.
 TEST(ProcessSets, MissingMemberIsNamedByTheOpTimeout) {
   const int n = 3;
-  auto rts = testing::StartJob(n, [](Options& o) {
-    o.op_timeout = absl::Seconds(1);
-  });
+  auto rts =
+      testing::StartJob(n, [](Options& o) { o.op_timeout = absl::Seconds(1); });
   auto lonely = rts[1]->AddMemberProcessSet({1, 2}, "half");
   EXPECT_EQ(lonely.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(std::string(lonely.status().message()),
-              HasSubstr("waiting for rank 2 to submit it (submitted by rank 1)"));
+  EXPECT_THAT(
+      std::string(lonely.status().message()),
+      HasSubstr("waiting for rank 2 to submit it (submitted by rank 1)"));
   testing::ShutdownJob(rts);
 }
 

@@ -5,11 +5,11 @@
 #include "runtime/control/hit_board.h"
 
 #include <algorithm>
-#include <limits>
-#include <tuple>
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -122,10 +122,9 @@ TEST(HitBoard, CloseTakesEveryBitWithItsFirstTime) {
   b[0].Unlock();
   std::vector<std::tuple<int, int64_t, int64_t>> got;
   for (const auto& p : pulled) got.emplace_back(p.rank, p.id, p.first_ns);
-  EXPECT_THAT(got, UnorderedElementsAre(std::make_tuple(0, 1, 100),
-                                        std::make_tuple(0, 2, 100),
-                                        std::make_tuple(2, 2, 100),
-                                        std::make_tuple(1, 3, 200)));
+  EXPECT_THAT(got, UnorderedElementsAre(
+                       std::make_tuple(0, 1, 100), std::make_tuple(0, 2, 100),
+                       std::make_tuple(2, 2, 100), std::make_tuple(1, 3, 200)));
   EXPECT_EQ(b[0].partial(), 0);
   EXPECT_EQ(b[0].oldest_ns(), std::numeric_limits<int64_t>::max());
 }
@@ -201,9 +200,8 @@ TEST(HitBoard, LockGivesUpWhenTheJobEndsOrTheDeadlinePasses) {
   Board b(2);
   ASSERT_TRUE(b[0].Lock(kFar, Always));
   std::atomic<bool> stop{false};
-  std::thread waiter([&] {
-    EXPECT_FALSE(b[1].Lock(kFar, [&] { return !stop.load(); }));
-  });
+  std::thread waiter(
+      [&] { EXPECT_FALSE(b[1].Lock(kFar, [&] { return !stop.load(); })); });
   stop = true;
   waiter.join();
   EXPECT_FALSE(b[1].Lock(absl::Now() + absl::Milliseconds(30), Always));
@@ -263,7 +261,8 @@ TEST(HitBoard, ConcurrentRanksCompleteEachIdOnceAndReadOneLog) {
   for (int r = 1; r < n; ++r) EXPECT_EQ(read[r], read[0]) << "rank " << r;
   std::vector<int64_t> sorted = read[0];
   std::sort(sorted.begin(), sorted.end());
-  for (size_t i = 0; i < total; ++i) ASSERT_EQ(sorted[i], static_cast<int64_t>(i));
+  for (size_t i = 0; i < total; ++i)
+    ASSERT_EQ(sorted[i], static_cast<int64_t>(i));
   EXPECT_EQ(b[0].partial(), 0);
   EXPECT_FALSE(b[0].ready_pending());
 }

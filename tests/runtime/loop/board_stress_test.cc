@@ -23,8 +23,8 @@
 namespace kolo {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Counts;
+using ::testing::HasSubstr;
 using testing::OnEachRank;
 
 struct Op {
@@ -138,7 +138,8 @@ std::vector<Counts> RunProgram(int n, uint32_t seed, bool board) {
                             << ": " << w.status();
         works[i] = *w;
         // Vary the interleaving (not a synchronization).
-        for (uint32_t y = order_rng() % 4; y > 0; --y) std::this_thread::yield();
+        for (uint32_t y = order_rng() % 4; y > 0; --y)
+          std::this_thread::yield();
       }
       for (size_t i = 0; i < ops.size(); ++i) {
         const Op& op = ops[i];
@@ -212,7 +213,9 @@ std::vector<Counts> RunProgram(int n, uint32_t seed, bool board) {
 // records) while ranks 2 and 3 make no call at all.
 TEST(BoardLog, ASetRunsWhileTheRanksOutsideItAreIdle) {
   const int n = 4, ops = 3 * HitBoardShared::kRecords;
-  auto rts = testing::StartJob(n, [](Options& o) { o.process_sets = {{0, 1}}; });
+  auto rts = testing::StartJob(n, [](Options& o) {
+    o.process_sets = {{0, 1}};
+  });
   OnEachRank(2, [&](int r) {
     std::vector<float> v(4);
     for (int i = 0; i < ops; ++i) {
@@ -223,7 +226,8 @@ TEST(BoardLog, ASetRunsWhileTheRanksOutsideItAreIdle) {
       req.input = req.output = TensorView(v.data(), DataType::kFloat32, {4});
       auto w = rts[r]->Allreduce(req);
       ASSERT_TRUE(w.ok()) << w.status();
-      ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok()) << "op " << i << ": " << w->status();
+      ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok())
+          << "op " << i << ": " << w->status();
       ASSERT_EQ(v[0], static_cast<float>(1 + 2 * i));
     }
   });
@@ -255,7 +259,8 @@ TEST_P(BoardStress, RandomProgramGivesExactResultsWithAndWithoutTheBoard) {
               c.seed, static_cast<long long>(board_hits),
               static_cast<long long>([&] {
                 int64_t h = 0;
-                for (const auto& s : on) h += s.at("negotiation.cache_hits_sent");
+                for (const auto& s : on)
+                  h += s.at("negotiation.cache_hits_sent");
                 return h;
               }()));
 }

@@ -16,8 +16,8 @@
 namespace kolo {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Counts;
+using ::testing::HasSubstr;
 using testing::OnEachRank;
 
 float Value(int rank, int i, int64_t e) {
@@ -39,7 +39,8 @@ void BlockingCalls(Runtime& rt, int n, int r, const std::string& name,
     for (int64_t e = 0; e < len; ++e) {
       float want = 0;
       for (int q = 0; q < n; ++q) want += Value(q, i, e);
-      ASSERT_EQ(v[e], want) << "rank " << r << " call " << i << " [" << e << "]";
+      ASSERT_EQ(v[e], want)
+          << "rank " << r << " call " << i << " [" << e << "]";
     }
   }
 }
@@ -51,12 +52,14 @@ void LongSpin(Options& o) { o.spin_time = absl::Milliseconds(2); }
 TEST(CallerTurn, LoneCachedAllreducesRunOnTheCallersThread) {
   for (int n : {2, 3}) {
     auto rts = testing::StartJob(n, LongSpin);
-    OnEachRank(n, [&](int r) { BlockingCalls(*rts[r], n, r, "lone", 1, 300, 5); });
+    OnEachRank(n,
+               [&](int r) { BlockingCalls(*rts[r], n, r, "lone", 1, 300, 5); });
     for (int r = 0; r < n; ++r) {
       const Counts s = rts[r]->Counters();
       // Every call was offered a turn unless the thread was in a pass; a
       // turn that completed its collective ran it on the caller's thread.
-      EXPECT_GT(s.at("loop.caller_turns_completed"), 0) << n << " ranks, rank " << r;
+      EXPECT_GT(s.at("loop.caller_turns_completed"), 0)
+          << n << " ranks, rank " << r;
       EXPECT_GT(s.at("board.hits"), 0);
       std::printf("%d ranks, rank %d: 300 calls, %lld turns, %lld completed\n",
                   n, r, static_cast<long long>(s.at("loop.caller_turns")),
@@ -73,7 +76,8 @@ TEST(CallerTurn, WithoutTheBoardTheThreadRunsEveryCall) {
   });
   OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "off", 2, 100, 7); });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(rts[r]->Counters().at("loop.caller_turns_completed"), 0) << "rank " << r;
+    EXPECT_EQ(rts[r]->Counters().at("loop.caller_turns_completed"), 0)
+        << "rank " << r;
     EXPECT_EQ(rts[r]->Counters().at("board.hits"), 0) << "rank " << r;
   }
   testing::ShutdownJob(rts);
@@ -154,9 +158,10 @@ TEST(CallerTurn, AShapeMismatchOnACachedNameFailsEveryRankThenCallsGoOn) {
     std::vector<float> v(r == 1 ? 5 : 4, 1.0f);
     AllreduceRequest req;
     req.name = "shape/0";
-    req.input = req.output = TensorView(
-        v.data(), DataType::kFloat32, {static_cast<int64_t>(v.size())});
-    const BlockingResult result = rts[r]->AllreduceAndWait(req, absl::Seconds(30));
+    req.input = req.output = TensorView(v.data(), DataType::kFloat32,
+                                        {static_cast<int64_t>(v.size())});
+    const BlockingResult result =
+        rts[r]->AllreduceAndWait(req, absl::Seconds(30));
     const absl::Status& s = result.status;
     EXPECT_TRUE(result.submitted) << "rank " << r << ": " << s;
     EXPECT_FALSE(s.ok()) << "rank " << r;
@@ -197,7 +202,8 @@ TEST(CallerTurn, TheCallsTimeoutHoldsWhileAPeerIsLate) {
   AllreduceRequest req;
   req.name = "late/0";
   req.input = req.output = TensorView(v0.data(), DataType::kFloat32, {2});
-  const absl::Status s = rts[0]->AllreduceAndWait(req, absl::Milliseconds(100)).status;
+  const absl::Status s =
+      rts[0]->AllreduceAndWait(req, absl::Milliseconds(100)).status;
   EXPECT_TRUE(IsWaitTimeout(s)) << s;
   req.input = req.output = TensorView(v1.data(), DataType::kFloat32, {2});
   ASSERT_TRUE(rts[1]->AllreduceAndWait(req, absl::Seconds(30)).ok());
@@ -220,7 +226,8 @@ TEST(CallerTurn, AWaitWithoutTimeoutEndsAtTheOpTimeoutWhenAPeerNeverCalls) {
       LongSpin(o);
       o.op_timeout = absl::Seconds(1);
     });
-    OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "never", 1, 20, 2); });
+    OnEachRank(2,
+               [&](int r) { BlockingCalls(*rts[r], 2, r, "never", 1, 20, 2); });
     std::vector<float> v = {1, 2};
     AllreduceRequest req;
     req.name = "never/0";
@@ -239,13 +246,15 @@ TEST(CallerTurn, AWaitWithoutTimeoutEndsAtTheOpTimeoutWhenAPeerNeverCalls) {
 // abort's error.
 TEST(CallerTurn, AbortEndsABlockingCall) {
   auto rts = testing::StartJob(2, LongSpin);
-  OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "abort", 1, 20, 2); });
+  OnEachRank(2,
+             [&](int r) { BlockingCalls(*rts[r], 2, r, "abort", 1, 20, 2); });
   std::vector<float> v = {1, 2};
   AllreduceRequest req;
   req.name = "abort/0";
   req.input = req.output = TensorView(v.data(), DataType::kFloat32, {2});
   absl::Status s;
-  std::thread call([&] { s = rts[0]->AllreduceAndWait(req, absl::Seconds(30)).status; });
+  std::thread call(
+      [&] { s = rts[0]->AllreduceAndWait(req, absl::Seconds(30)).status; });
   // Abort is safe at any moment of the call; no wait for it to start.
   rts[0]->Abort();
   call.join();

@@ -25,11 +25,11 @@
 #include "gtest/gtest.h"
 #include "kolo/work.h"
 #include "ops/cpu/reduce.h"
-#include "runtime/sync/mutex.h"
+#include "runtime/api/work_state.h"
 #include "runtime/loop/backend.h"
 #include "runtime/loop/tensor_queue.h"
+#include "runtime/sync/mutex.h"
 #include "runtime/wire.pb.h"
-#include "runtime/api/work_state.h"
 
 namespace kolo {
 namespace executor_testing {
@@ -235,7 +235,8 @@ class DeviceBackend : public RecordingBackend {
   }
 
   Mutex mu;
-  std::vector<std::function<void(absl::Status)>> pending_done KOLO_GUARDED_BY(mu);
+  std::vector<std::function<void(absl::Status)>> pending_done
+      KOLO_GUARDED_BY(mu);
   std::vector<std::vector<std::shared_ptr<ReadyEvent>>> ready_events;
 
   // Runs every pending `done` with `status` on another thread (as a device

@@ -16,8 +16,8 @@
 namespace kolo {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Counts;
+using ::testing::HasSubstr;
 using testing::OnEachRank;
 
 constexpr int kPerHost = 2;
@@ -72,7 +72,8 @@ TEST(HostRelayRing, ListsLargerThanTheRingArrive) {
     for (int s = 0; s < 2; ++s) Step(*rts[r], n, s, tensors);
   });
   // (More names than the cache holds: every step is full requests.)
-  EXPECT_GE(rts[0]->Counters().at("coordinator.requests_received"), 2 * n * 1000);
+  EXPECT_GE(rts[0]->Counters().at("coordinator.requests_received"),
+            2 * n * 1000);
   EXPECT_GT(rts[2]->Counters().at("relay.host_messages_sent"), 0);
   testing::ShutdownJob(rts);
 }
@@ -82,7 +83,8 @@ class HostRelay : public ::testing::TestWithParam<bool> {};
 TEST_P(HostRelay, EveryHitReachesTheCoordinatorOnce) {
   const bool relay = GetParam();
   const int n = 6, tensors = 50, steps = 10;
-  auto rts = StartOnHosts(n, [&](Options& o) { o.negotiate_within_hosts = relay; });
+  auto rts =
+      StartOnHosts(n, [&](Options& o) { o.negotiate_within_hosts = relay; });
   OnEachRank(n, [&](int r) { Step(*rts[r], n, 0, tensors); });
   std::vector<Counts> warm(n);
   for (int r = 0; r < n; ++r) warm[r] = rts[r]->Counters();
@@ -100,35 +102,41 @@ TEST_P(HostRelay, EveryHitReachesTheCoordinatorOnce) {
   int64_t messages = 0, host_hits = 0;
   for (int r = 0; r < n; ++r) {
     const bool leader = r % kPerHost == 0 && r != 0;
-    EXPECT_EQ(st[r].at("negotiation.cache_hits_sent") - warm[r].at("negotiation.cache_hits_sent"), steps * tensors)
+    EXPECT_EQ(st[r].at("negotiation.cache_hits_sent") -
+                  warm[r].at("negotiation.cache_hits_sent"),
+              steps * tensors)
         << "rank " << r;
     if (!leader || !relay) {
       EXPECT_EQ(st[r].at("relay.host_messages_sent"), 0) << "rank " << r;
       EXPECT_EQ(st[r].at("relay.host_hits_sent"), 0) << "rank " << r;
     }
     if (leader) {
-      messages += st[r].at("relay.host_messages_sent") - warm[r].at("relay.host_messages_sent");
-      host_hits += st[r].at("relay.host_hits_sent") - warm[r].at("relay.host_hits_sent");
+      messages += st[r].at("relay.host_messages_sent") -
+                  warm[r].at("relay.host_messages_sent");
+      host_hits +=
+          st[r].at("relay.host_hits_sent") - warm[r].at("relay.host_hits_sent");
     }
   }
   EXPECT_EQ(st[0].at("relay.host_messages_received"),
-            st[2].at("relay.host_messages_sent") + st[4].at("relay.host_messages_sent"));
+            st[2].at("relay.host_messages_sent") +
+                st[4].at("relay.host_messages_sent"));
   if (relay) {
     EXPECT_GT(messages, 0);
     EXPECT_GT(host_hits, 0) << "no hit went once for a host";
   }
   int64_t lists = 0;
   for (int r = 1; r < n; ++r) {
-    lists += st[r].at("negotiation.request_lists_sent") - warm[r].at("negotiation.request_lists_sent");
+    lists += st[r].at("negotiation.request_lists_sent") -
+             warm[r].at("negotiation.request_lists_sent");
   }
   // Reported, not asserted: it depends on timing.
-  std::printf("relay %s, %d ranks on hosts of %d, %d tensors: per step %.1f "
-              "request lists sent, %.1f host messages, %.0f%% of the relaying "
-              "hosts' hits sent once for the host\n",
-              relay ? "on" : "off", n, kPerHost, tensors,
-              lists / static_cast<double>(steps),
-              messages / static_cast<double>(steps),
-              100.0 * host_hits / (steps * tensors * 2.0));
+  std::printf(
+      "relay %s, %d ranks on hosts of %d, %d tensors: per step %.1f "
+      "request lists sent, %.1f host messages, %.0f%% of the relaying "
+      "hosts' hits sent once for the host\n",
+      relay ? "on" : "off", n, kPerHost, tensors,
+      lists / static_cast<double>(steps), messages / static_cast<double>(steps),
+      100.0 * host_hits / (steps * tensors * 2.0));
   testing::ShutdownJob(rts);
 }
 
@@ -217,7 +225,8 @@ TEST_P(HostRelayStall, NamesTheMissingRank) {
     if (r == missing) continue;
     AllreduceRequest req;
     req.name = "grad/1";
-    req.input = req.output = TensorView(data[r].data(), DataType::kFloat32, {8});
+    req.input = req.output =
+        TensorView(data[r].data(), DataType::kFloat32, {8});
     auto w = rts[r]->Allreduce(req);
     ASSERT_TRUE(w.ok()) << w.status();
     works.push_back(*w);
@@ -251,11 +260,11 @@ TEST(HostRelayErrors, LostLeaderIsNamedToEveryRank) {
     const absl::Status s = w.ok() ? w->Wait(absl::Seconds(20)) : w.status();
     // (The rank behind it may learn it from the leader's segment first:
     // "rank 2, this host's leader, stopped relaying ...".)
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << "rank " << r << ": " << s;
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable)
+        << "rank " << r << ": " << s;
     const absl::Status cause = rts[r]->status();
     EXPECT_EQ(LostRank(cause), leader) << "rank " << r << ": " << cause;
-    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 2"))
-        << "rank " << r;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank 2")) << "rank " << r;
   });
   for (auto& rt : rts) rt->Abort();
 }

@@ -76,9 +76,8 @@ void BlockingCalls(Runtime& rt, int r, int calls) {
 // (tweaked further by `tweak`), then reads each rank's stats; checks that
 // the phases each rank timed fit in its window (they run one turn at a
 // time, so they never overlap) and returns the stats.
-std::vector<Counts> TimedJob(
-    const std::function<void(Options&)>& tweak,
-    const std::function<void(Runtime&, int)>& body) {
+std::vector<Counts> TimedJob(const std::function<void(Options&)>& tweak,
+                             const std::function<void(Runtime&, int)>& body) {
   constexpr int n = 2;
   auto rts = testing::StartJob(n, [&](Options& o) {
     o.phase_times = true;
@@ -98,7 +97,8 @@ std::vector<Counts> TimedJob(
   });
   for (int r = 0; r < n; ++r) {
     const Counts& s = stats[r];
-    EXPECT_LE(s.at("phase.send_ns") + s.at("phase.prepare_ns") + s.at("phase.collective_ns") + s.at("phase.complete_ns") +
+    EXPECT_LE(s.at("phase.send_ns") + s.at("phase.prepare_ns") +
+                  s.at("phase.collective_ns") + s.at("phase.complete_ns") +
                   s.at("phase.recycle_ns"),
               window[r])
         << "rank " << r;
@@ -108,8 +108,8 @@ std::vector<Counts> TimedJob(
 }
 
 TEST(PhaseTimes, EveryPhaseIsTimedAndTheyDoNotOverlap) {
-  const std::vector<Counts> stats = TimedJob(
-      nullptr, [](Runtime& rt, int r) { Steps(rt, 2, r, 50); });
+  const std::vector<Counts> stats =
+      TimedJob(nullptr, [](Runtime& rt, int r) { Steps(rt, 2, r, 50); });
   for (size_t r = 0; r < stats.size(); ++r) {
     const Counts& s = stats[r];
     EXPECT_GT(s.at("phase.send_ns"), 0) << "rank " << r;

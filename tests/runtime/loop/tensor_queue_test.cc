@@ -17,8 +17,9 @@
 namespace kolo {
 namespace {
 
-std::unique_ptr<TensorEntry> Entry(const std::string& name, int set = 0,
-                                   absl::Time deadline = absl::InfiniteFuture()) {
+std::unique_ptr<TensorEntry> Entry(
+    const std::string& name, int set = 0,
+    absl::Time deadline = absl::InfiniteFuture()) {
   auto e = std::make_unique<TensorEntry>();
   e->request.set_type(wire::ALLREDUCE);
   e->request.set_name(name);
@@ -129,7 +130,8 @@ TEST_F(QueueTest, ExpiredEntriesFailAndHoldTheirNameOnScratch) {
   const absl::Time now = absl::Now();
   std::vector<float> caller(4, 1.0f);
   auto late = Entry("late", 0, now - absl::Seconds(1));
-  late->input = late->output = TensorView(caller.data(), DataType::kFloat32, {4});
+  late->input = late->output =
+      TensorView(caller.data(), DataType::kFloat32, {4});
   std::shared_ptr<internal::WorkState> work = late->work;
   ASSERT_TRUE(queue.Add(std::move(late)).ok());
   ASSERT_TRUE(queue.Add(Entry("later", 0, now + absl::Hours(1))).ok());

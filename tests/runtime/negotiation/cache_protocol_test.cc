@@ -137,7 +137,8 @@ class CacheProtocolTest : public ::testing::TestWithParam<bool> {
 
   // Every rank submits its requests; the coordinator's response list is
   // executed by every rank; then the caches are compared.
-  wire::ResponseList Step(const std::vector<std::vector<wire::Request>>& per_rank) {
+  wire::ResponseList Step(
+      const std::vector<std::vector<wire::Request>>& per_rank) {
     for (int r = 0; r < kRanks; ++r) Send(r, ranks_[r].Submit(per_rank[r]));
     Flush();
     wire::ResponseList list = coordinator_.TakeResponseList();
@@ -166,7 +167,8 @@ class CacheProtocolTest : public ::testing::TestWithParam<bool> {
 TEST_P(CacheProtocolTest, CoordinatorAndRanksChangeTheirCachesAlike) {
   Step(Everyone({Allreduce("a", 4), Allreduce("b", 4)}));  // inserted
   EXPECT_EQ(coordinator_.cache().size(), 2u);
-  wire::ResponseList hits = Step(Everyone({Allreduce("a", 4), Allreduce("b", 4)}));
+  wire::ResponseList hits =
+      Step(Everyone({Allreduce("a", 4), Allreduce("b", 4)}));
   ASSERT_EQ(hits.responses_size(), 1);  // fused, travelling as ids
   EXPECT_EQ(hits.responses(0).cache_ids_size(), 2);
   // Two new names in a cache of 3: the least recently used goes.
@@ -179,8 +181,8 @@ TEST_P(CacheProtocolTest, CoordinatorAndRanksChangeTheirCachesAlike) {
   Step(Everyone({Allreduce("e", 8)}));
   EXPECT_NE(coordinator_.cache().Contents(), before);
   // An error (ranks disagree on the shape): the name leaves every cache.
-  wire::ResponseList error = Step({{Allreduce("e", 8)}, {Allreduce("e", 8)},
-                                   {Allreduce("e", 16)}});
+  wire::ResponseList error =
+      Step({{Allreduce("e", 8)}, {Allreduce("e", 8)}, {Allreduce("e", 16)}});
   ASSERT_EQ(error.responses_size(), 1);
   EXPECT_EQ(error.responses(0).type(), wire::RESPONSE_ERROR);
   for (const auto& [name, id] : coordinator_.cache().Contents()) {

@@ -1,9 +1,9 @@
 // Unit tests of the coordinator's negotiation logic (no network).
 #include "runtime/negotiation/coordinator.h"
 
+#include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "absl/status/status.h"
 #include "kolo/types.h"
 
 namespace kolo {
@@ -23,7 +23,8 @@ wire::Request Allreduce(const std::string& name, std::vector<int64_t> shape,
   return r;
 }
 
-wire::RequestList List(std::vector<wire::Request> requests, bool shutdown = false) {
+wire::RequestList List(std::vector<wire::Request> requests,
+                       bool shutdown = false) {
   wire::RequestList l;
   for (auto& r : requests) *l.add_requests() = r;
   l.set_shutdown(shutdown);
@@ -86,7 +87,8 @@ TEST(Coordinator, ExpiryNamesMissingRanks) {
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
   EXPECT_EQ(ready[0].error_code(),
             static_cast<int>(absl::StatusCode::kDeadlineExceeded));
-  EXPECT_THAT(ready[0].error(), HasSubstr("waiting for ranks 1, 2 to submit it"));
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("waiting for ranks 1, 2 to submit it"));
   EXPECT_THAT(ready[0].error(), HasSubstr("submitted by ranks 0, 3"));
   EXPECT_FALSE(c.HasPartial());
 }
@@ -98,7 +100,8 @@ TEST(Coordinator, ShutdownFailsNamesTheRankNeverSubmitted) {
   auto ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
-  EXPECT_THAT(ready[0].error(), HasSubstr("rank 1 shut down without submitting it"));
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("rank 1 shut down without submitting it"));
   // A name submitted after the departure fails too.
   c.AddRequests(0, List({Allreduce("late", {1})}), kT0);
   ready = Take(c);
@@ -307,7 +310,8 @@ TEST_F(CacheHitsTest, AChangedRequestMeetsTheHitsOfItsNameEitherOrder) {
   auto ready = Take(c_);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
-  EXPECT_THAT(ready[0].error(), HasSubstr("ranks 0, 2 have [4]; rank 1 has [5]"));
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("ranks 0, 2 have [4]; rank 1 has [5]"));
   // The changed request first, then hits of the (current) id of "b".
   c_.AddRequests(1, List({Allreduce("b", {3})}), kT0);
   c_.AddRequests(0, Ids({b_}), kT0);
@@ -315,7 +319,8 @@ TEST_F(CacheHitsTest, AChangedRequestMeetsTheHitsOfItsNameEitherOrder) {
   ready = Take(c_);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
-  EXPECT_THAT(ready[0].error(), HasSubstr("ranks 0, 2 have [2]; rank 1 has [3]"));
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("ranks 0, 2 have [2]; rank 1 has [3]"));
   EXPECT_FALSE(c_.HasPartial());
 }
 
@@ -326,7 +331,8 @@ TEST_F(CacheHitsTest, AShutdownFailsTheHitsTheRankNeverSent) {
   auto ready = Take(c_);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
-  EXPECT_EQ(ready[0].error_code(), static_cast<int>(absl::StatusCode::kAborted));
+  EXPECT_EQ(ready[0].error_code(),
+            static_cast<int>(absl::StatusCode::kAborted));
   EXPECT_THAT(ready[0].error(),
               HasSubstr("rank 2 shut down without submitting it (submitted "
                         "by ranks 0, 1)"));
@@ -360,7 +366,8 @@ class SmallCacheHitsTest : public CacheHitsTest {
 TEST_F(SmallCacheHitsTest, AnEvictedHitMeetsTheFullRequestOfTheLastRank) {
   c_.AddRequests(0, Ids({a_}), kT0);
   c_.AddRequests(1, Ids({a_}), kT0);
-  for (int r = 0; r < 3; ++r) c_.AddRequests(r, List({Allreduce("c", {1})}), kT0);
+  for (int r = 0; r < 3; ++r)
+    c_.AddRequests(r, List({Allreduce("c", {1})}), kT0);
   ASSERT_EQ(Take(c_).size(), 1u);
   EXPECT_FALSE(c_.cache().IsCurrent(a_));
   c_.AddRequests(2, List({Allreduce("a", {4})}), kT0);
@@ -426,8 +433,8 @@ TEST(ResponseCache, LruEvictionKeepsEvictedIdsUntilAcked) {
   cache.Insert(Allreduce("a", {1}), 1);
   cache.Insert(Allreduce("b", {1}), 1);
   const int64_t a = cache.Lookup(Allreduce("a", {1}));
-  cache.Touch(a);                          // b is now least recently used
-  cache.Insert(Allreduce("c", {1}), 2);    // evicts b
+  cache.Touch(a);                        // b is now least recently used
+  cache.Insert(Allreduce("c", {1}), 2);  // evicts b
   EXPECT_EQ(cache.Lookup(Allreduce("b", {1})), -1);
   EXPECT_GE(cache.Lookup(Allreduce("a", {1})), 0);
   EXPECT_EQ(cache.size(), 2u);
@@ -526,9 +533,8 @@ wire::Request ProcessSetRequest(wire::CollectiveType type,
 TEST(Coordinator, ProcessSetsTravelInTheirOwnFields) {
   Coordinator c(Config(3));
   for (int r = 0; r < 3; ++r) {
-    c.AddRequests(r, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s1",
-                                             {0, 2})}),
-                  kT0);
+    c.AddRequests(
+        r, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s1", {0, 2})}), kT0);
   }
   auto ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
@@ -539,9 +545,9 @@ TEST(Coordinator, ProcessSetsTravelInTheirOwnFields) {
 
   // Created by its members alone: rank 1 is not waited for.
   for (int r : {0, 1}) {
-    c.AddRequests(r, List({ProcessSetRequest(wire::ADD_MEMBER_PROCESS_SET,
-                                             "m", {0, 1})}),
-                  kT0);
+    c.AddRequests(
+        r, List({ProcessSetRequest(wire::ADD_MEMBER_PROCESS_SET, "m", {0, 1})}),
+        kT0);
   }
   ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
@@ -564,11 +570,9 @@ TEST(Coordinator, ProcessSetsTravelInTheirOwnFields) {
 
 TEST(Coordinator, ProcessSetDisagreementsNameTheRanksAndTheirValues) {
   Coordinator c(Config(2));
-  c.AddRequests(0, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s",
-                                           {0, 1})}),
-                kT0);
-  c.AddRequests(1, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s",
-                                           {1})}),
+  c.AddRequests(
+      0, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s", {0, 1})}), kT0);
+  c.AddRequests(1, List({ProcessSetRequest(wire::ADD_PROCESS_SET, "s", {1})}),
                 kT0);
   auto ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
@@ -590,9 +594,9 @@ TEST(Coordinator, ProcessSetDisagreementsNameTheRanksAndTheirValues) {
   EXPECT_THAT(ready[0].error(), HasSubstr("rank 1 has process set 5"));
 
   // Members that are not distinct ranks of the job, sorted.
-  c.AddRequests(0, List({ProcessSetRequest(wire::ADD_MEMBER_PROCESS_SET,
-                                           "bad", {1, 0})}),
-                kT0);
+  c.AddRequests(
+      0, List({ProcessSetRequest(wire::ADD_MEMBER_PROCESS_SET, "bad", {1, 0})}),
+      kT0);
   ready = Take(c);
   ASSERT_EQ(ready.size(), 1u);
   EXPECT_EQ(ready[0].type(), wire::RESPONSE_ERROR);
@@ -666,7 +670,8 @@ TEST(BuildResponse, DeviceMismatchIsAnError) {
   b.set_device_type(static_cast<int>(DeviceType::kCuda));
   wire::Response r = BuildResponse({a, b});
   ASSERT_EQ(r.type(), wire::RESPONSE_ERROR);
-  EXPECT_THAT(r.error(), HasSubstr("device mismatch: rank 0 has cpu; rank 1 has cuda"));
+  EXPECT_THAT(r.error(),
+              HasSubstr("device mismatch: rank 0 has cpu; rank 1 has cuda"));
 }
 
 TEST(BuildResponse, AScalarToGatherIsAnErrorNotACrash) {

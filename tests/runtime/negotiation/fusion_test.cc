@@ -24,7 +24,8 @@ wire::Response Allreduce(const std::string& name, int64_t elements,
 // What the coordinator does with a list of ready responses: PlanBuckets,
 // then FuseBucket for each bucket.
 std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
-                                       int64_t threshold_bytes, int world_size) {
+                                       int64_t threshold_bytes,
+                                       int world_size) {
   std::vector<const wire::Response*> ptrs;
   for (const wire::Response& r : ready) ptrs.push_back(&r);
   std::vector<wire::Response> buckets;
@@ -34,9 +35,11 @@ std::vector<wire::Response> PlanFusion(std::vector<wire::Response> ready,
   return buckets;
 }
 
-std::vector<std::vector<std::string>> Names(const std::vector<wire::Response>& plan) {
+std::vector<std::vector<std::string>> Names(
+    const std::vector<wire::Response>& plan) {
   std::vector<std::vector<std::string>> out;
-  for (const auto& r : plan) out.emplace_back(r.names().begin(), r.names().end());
+  for (const auto& r : plan)
+    out.emplace_back(r.names().begin(), r.names().end());
   return out;
 }
 
@@ -45,23 +48,28 @@ TEST(PlanFusion, FusesCompatibleUpToThreshold) {
   auto plan = PlanFusion({Allreduce("a", 100), Allreduce("b", 100),
                           Allreduce("c", 100), Allreduce("d", 100)},
                          1000, 2);
-  EXPECT_EQ(Names(plan), (std::vector<std::vector<std::string>>{{"a", "b"}, {"c", "d"}}));
+  EXPECT_EQ(Names(plan),
+            (std::vector<std::vector<std::string>>{{"a", "b"}, {"c", "d"}}));
   EXPECT_EQ(plan[0].elements_size(), 2);
 }
 
 TEST(PlanFusion, KeepsIncompatibleApartAndOrderByFirstMember) {
-  auto plan = PlanFusion({Allreduce("f1", 10), Allreduce("i1", 10, DataType::kInt32),
-                          Allreduce("f2", 10), Allreduce("m1", 10, DataType::kFloat32, ReduceOp::kMax),
-                          Allreduce("i2", 10, DataType::kInt32)},
-                         1 << 20, 2);
+  auto plan =
+      PlanFusion({Allreduce("f1", 10), Allreduce("i1", 10, DataType::kInt32),
+                  Allreduce("f2", 10),
+                  Allreduce("m1", 10, DataType::kFloat32, ReduceOp::kMax),
+                  Allreduce("i2", 10, DataType::kInt32)},
+                 1 << 20, 2);
   EXPECT_EQ(Names(plan), (std::vector<std::vector<std::string>>{
                              {"f1", "f2"}, {"i1", "i2"}, {"m1"}}));
 }
 
 TEST(PlanFusion, LargeTensorRunsAloneAndZeroThresholdDisables) {
-  auto plan = PlanFusion({Allreduce("small", 1), Allreduce("huge", 1000), Allreduce("s2", 1)},
-                         100, 2);
-  EXPECT_EQ(Names(plan), (std::vector<std::vector<std::string>>{{"small", "s2"}, {"huge"}}));
+  auto plan = PlanFusion(
+      {Allreduce("small", 1), Allreduce("huge", 1000), Allreduce("s2", 1)}, 100,
+      2);
+  EXPECT_EQ(Names(plan),
+            (std::vector<std::vector<std::string>>{{"small", "s2"}, {"huge"}}));
   plan = PlanFusion({Allreduce("a", 1), Allreduce("b", 1)}, 0, 2);
   EXPECT_EQ(plan.size(), 2u);
 }

@@ -1,5 +1,5 @@
-// HostBatch (runtime/negotiation/host_batch.h) on its own: the host's common hits go
-// once for the host, the rest stay in their ranks' lists in order; when
+// HostBatch (runtime/negotiation/host_batch.h) on its own: the host's common
+// hits go once for the host, the rest stay in their ranks' lists in order; when
 // the held lists must go.
 #include "runtime/negotiation/host_batch.h"
 

@@ -15,8 +15,8 @@
 namespace kolo {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::Counts;
+using ::testing::HasSubstr;
 using testing::OnEachRank;
 
 // One training-like step: every rank allreduces `tensors` gradients, in a
@@ -29,12 +29,14 @@ void Step(Runtime& rt, int tensors) {
     AllreduceRequest req;
     req.name = absl::StrCat("grad/", t);
     req.op = ReduceOp::kAverage;
-    req.input = req.output = TensorView(grads[t].data(), DataType::kFloat32, {16});
+    req.input = req.output =
+        TensorView(grads[t].data(), DataType::kFloat32, {16});
     auto w = rt.Allreduce(req);
     ASSERT_TRUE(w.ok()) << w.status();
     works.push_back(*w);
   }
-  for (Work& w : works) ASSERT_TRUE(w.Wait(absl::Seconds(30)).ok()) << w.status();
+  for (Work& w : works)
+    ASSERT_TRUE(w.Wait(absl::Seconds(30)).ok()) << w.status();
   for (auto& g : grads) ASSERT_EQ(g[0], 1.0f);
 }
 
@@ -45,7 +47,8 @@ class SteadyState : public ::testing::TestWithParam<bool> {};
 TEST_P(SteadyState, SendsNoRequestToTheCoordinator) {
   const bool board = GetParam();
   const int n = 3, tensors = 200;
-  auto rts = testing::StartJob(n, [&](Options& o) { o.negotiate_within_hosts = board; });
+  auto rts = testing::StartJob(
+      n, [&](Options& o) { o.negotiate_within_hosts = board; });
   OnEachRank(n, [&](int r) { Step(*rts[r], tensors); });
   std::vector<Counts> warm(n);
   for (int r = 0; r < n; ++r) warm[r] = rts[r]->Counters();
@@ -63,10 +66,13 @@ TEST_P(SteadyState, SendsNoRequestToTheCoordinator) {
   int64_t on_board = 0, records = 0;
   for (int r = 0; r < n; ++r) {
     const Counts st = rts[r]->Counters();
-    EXPECT_EQ(st.at("negotiation.cache_hits_sent") - warm[r].at("negotiation.cache_hits_sent"), steps * tensors)
+    EXPECT_EQ(st.at("negotiation.cache_hits_sent") -
+                  warm[r].at("negotiation.cache_hits_sent"),
+              steps * tensors)
         << "rank " << r;
     on_board += st.at("board.hits") - warm[r].at("board.hits");
-    records += st.at("board.records_executed") - warm[r].at("board.records_executed");
+    records +=
+        st.at("board.records_executed") - warm[r].at("board.records_executed");
   }
   const int64_t at_coordinator = steady.at("coordinator.cache_hits_received") -
                                  warm[0].at("coordinator.cache_hits_received");
@@ -83,19 +89,23 @@ TEST_P(SteadyState, SendsNoRequestToTheCoordinator) {
   }
   int64_t lists_in = 0;
   for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(rts[r]->Counters().at("negotiation.requests_sent"), tensors) << "rank " << r;
-    if (r > 0) lists_in += rts[r]->Counters().at("negotiation.request_lists_sent") - warm[r].at("negotiation.request_lists_sent");
+    EXPECT_EQ(rts[r]->Counters().at("negotiation.requests_sent"), tensors)
+        << "rank " << r;
+    if (r > 0)
+      lists_in += rts[r]->Counters().at("negotiation.request_lists_sent") -
+                  warm[r].at("negotiation.request_lists_sent");
   }
   const int64_t lists_out =
-      rts[1]->Counters().at("negotiation.response_lists_received") - warm[1].at("negotiation.response_lists_received");
+      rts[1]->Counters().at("negotiation.response_lists_received") -
+      warm[1].at("negotiation.response_lists_received");
   // Reported, not asserted: it depends on timing.
-  std::printf("steady state, %d tensors on %d ranks, board %s: per step "
-              "%.1f request lists reach the coordinator, each rank receives "
-              "%.1f response lists, %.1f board records\n",
-              tensors, n, board ? "on" : "off",
-              lists_in / static_cast<double>(steps),
-              lists_out / static_cast<double>(steps),
-              records / static_cast<double>(n * steps));
+  std::printf(
+      "steady state, %d tensors on %d ranks, board %s: per step "
+      "%.1f request lists reach the coordinator, each rank receives "
+      "%.1f response lists, %.1f board records\n",
+      tensors, n, board ? "on" : "off", lists_in / static_cast<double>(steps),
+      lists_out / static_cast<double>(steps),
+      records / static_cast<double>(n * steps));
   testing::ShutdownJob(rts);
 }
 
@@ -110,7 +120,8 @@ TEST(ResponseCache, CapacityZeroSendsFullRequestsEveryStep) {
   OnEachRank(n, [&](int r) {
     for (int i = 0; i < 3; ++i) Step(*rts[r], tensors);
   });
-  EXPECT_EQ(rts[0]->Counters().at("coordinator.requests_received"), 3 * n * tensors);
+  EXPECT_EQ(rts[0]->Counters().at("coordinator.requests_received"),
+            3 * n * tensors);
   EXPECT_EQ(rts[0]->Counters().at("coordinator.cache_hits_received"), 0);
   testing::ShutdownJob(rts);
 }
@@ -143,8 +154,8 @@ std::string ReadFile(const std::string& path) {
 // Valid JSON according to Python's parser (Debian's python3 is a test
 // dependency of the project).
 bool ValidJson(const std::string& path) {
-  const std::string cmd =
-      absl::StrCat("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' ", path);
+  const std::string cmd = absl::StrCat(
+      "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' ", path);
   return std::system(cmd.c_str()) == 0;
 }
 
@@ -160,10 +171,10 @@ TEST(Timeline, Rank0WritesChromeTraceWithEveryPhase) {
   const std::string json = ReadFile(path);
   ASSERT_TRUE(ValidJson(path)) << json.substr(0, 2000);
   // Horovod's activity names, which users' tools read.
-  for (const char* phase : {"\"NEGOTIATE_ALLREDUCE\"", "\"ALLREDUCE\"", "QUEUE",
-                            "MEMCPY_IN_FUSION_BUFFER", "_ALLREDUCE",
-                            "MEMCPY_OUT_FUSION_BUFFER", "CYCLE_START", "grad/7",
-                            "\"size\"", "\"batch\""}) {
+  for (const char* phase :
+       {"\"NEGOTIATE_ALLREDUCE\"", "\"ALLREDUCE\"", "QUEUE",
+        "MEMCPY_IN_FUSION_BUFFER", "_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER",
+        "CYCLE_START", "grad/7", "\"size\"", "\"batch\""}) {
     EXPECT_THAT(json, HasSubstr(phase));
   }
 }
@@ -194,7 +205,8 @@ TEST(Stall, ShutdownTimeFailsEveryRank) {
   ASSERT_TRUE(w0.ok());
   absl::Status s = w0->Wait(absl::Seconds(20));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr("for ranks 1, 2 to submit it"));
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("for ranks 1, 2 to submit it"));
   // The other ranks are told too: their next submit fails the same way.
   for (int r = 1; r < n; ++r) {
     req.name = "later";
@@ -270,19 +282,18 @@ TEST(ResponseCache, NamesServedFromTheBoardStayRecentlyUsed) {
     for (int k = 0; k < 4; ++k) {
       AllreduceRequest req;
       req.name = k < 3 ? absl::StrCat("hot/", k) : absl::StrCat("new/", s);
-      req.input = req.output =
-          TensorView(v[k].data(), DataType::kFloat32, {3});
+      req.input = req.output = TensorView(v[k].data(), DataType::kFloat32, {3});
       auto w = rts[r]->Allreduce(req);
       ASSERT_TRUE(w.ok()) << w.status();
       works.push_back(*w);
     }
-    for (Work& w : works) ASSERT_TRUE(w.Wait(absl::Seconds(20)).ok()) << w.status();
+    for (Work& w : works)
+      ASSERT_TRUE(w.Wait(absl::Seconds(20)).ok()) << w.status();
     // The hot names again, alone, so that they run from the board.
     for (int k = 0; k < 3; ++k) {
       AllreduceRequest req;
       req.name = absl::StrCat("hot/", k);
-      req.input = req.output =
-          TensorView(v[k].data(), DataType::kFloat32, {3});
+      req.input = req.output = TensorView(v[k].data(), DataType::kFloat32, {3});
       auto w = rts[r]->Allreduce(req);
       ASSERT_TRUE(w.ok() && w->Wait(absl::Seconds(20)).ok());
     }
@@ -294,7 +305,8 @@ TEST(ResponseCache, NamesServedFromTheBoardStayRecentlyUsed) {
     for (int s = 1; s <= steps; ++s) step(r, s);
   });
   EXPECT_GT(rts[0]->Counters().at("board.hits"), 0);
-  EXPECT_EQ(rts[0]->Counters().at("coordinator.requests_received") - warm, n * steps);
+  EXPECT_EQ(rts[0]->Counters().at("coordinator.requests_received") - warm,
+            n * steps);
   testing::ShutdownJob(rts);
 }
 

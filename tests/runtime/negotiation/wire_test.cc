@@ -1,8 +1,7 @@
 // The wire codec: messages survive a round trip, and garbage does not parse
 // into something the runtime would act on.
-#include "runtime/wire.pb.h"
-
 #include "gtest/gtest.h"
+#include "runtime/wire.pb.h"
 
 namespace kolo {
 namespace {

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstring>
-
 #include <memory>
 #include <string>
 #include <thread>
@@ -183,11 +182,10 @@ TEST(TcpStoreTest, AGetEndedByStopFindsTheListenerClosed) {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connect_errno =
-        ::connect(fd, reinterpret_cast<struct sockaddr*>(&addr),
-                  sizeof(addr)) == 0
-            ? 0
-            : errno;
+    connect_errno = ::connect(fd, reinterpret_cast<struct sockaddr*>(&addr),
+                              sizeof(addr)) == 0
+                        ? 0
+                        : errno;
     ::close(fd);
   });
   ASSERT_TRUE(server->local()->Get("getter-ready", absl::Seconds(30)).ok());

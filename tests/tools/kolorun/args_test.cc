@@ -135,8 +135,8 @@ TEST(ParseArgsTest, OutputChoices) {
   EXPECT_TRUE(options->output_ranks.empty());
   EXPECT_TRUE(options->ShowsRank(7));
 
-  options = ParseArgs({"-np", "8", "--no-tag-output", "--output-ranks",
-                       "5, 0,2-3,3", "true"});
+  options = ParseArgs(
+      {"-np", "8", "--no-tag-output", "--output-ranks", "5, 0,2-3,3", "true"});
   ASSERT_TRUE(options.ok()) << options.status();
   EXPECT_FALSE(options->tag_output);
   EXPECT_EQ(options->output_ranks, (std::vector<int>{0, 2, 3, 5}));

@@ -57,7 +57,8 @@ TEST(ElasticArgsTest, BadFlagsAreUsageErrors) {
       {{"-np", "4", "--max-np", "3", "x"}, "--min-np <= -np <= --max-np"},
       {{"-np", "2", "--min-np", "0", "x"}, "--min-np expects a positive"},
       {{"-np", "2", "--reset-limit", "-1", "x"}, "--reset-limit expects"},
-      {{"-np", "2", "--elastic-timeout", "0", "x"}, "--elastic-timeout expects"},
+      {{"-np", "2", "--elastic-timeout", "0", "x"},
+       "--elastic-timeout expects"},
       {{"-np", "2", "-H", "a:2", "--host-discovery-script", "s", "x"},
        "drop -H"},
       {{"-np", "2", "--min-np", "1", "--output-ranks", "0", "x"},
@@ -107,7 +108,8 @@ TEST(DiscoveryScriptTest, OutputStatusAndTimeout) {
   const std::string failing = Script("echo partial; exit 3");
   output = RunDiscoveryScript(failing, absl::Seconds(10));
   EXPECT_TRUE(absl::IsUnavailable(output.status())) << output.status();
-  EXPECT_TRUE(absl::StrContains(output.status().message(), "exited with code 3"))
+  EXPECT_TRUE(
+      absl::StrContains(output.status().message(), "exited with code 3"))
       << output.status();
 
   // A script that hangs (and keeps its output open in a child) is killed.
@@ -123,9 +125,9 @@ TEST(DiscoveryScriptTest, OutputStatusAndTimeout) {
 }
 
 TEST(AssignRanksTest, HostsInOrderSurvivorsKeepTheirOrderNewcomersLast) {
-  const std::vector<Candidate> candidates = {
-      {10, "b", -1}, {3, "a", 2}, {1, "b", 1}, {0, "a", 0}, {11, "a", -1},
-      {12, "c", -1}};
+  const std::vector<Candidate> candidates = {{10, "b", -1}, {3, "a", 2},
+                                             {1, "b", 1},   {0, "a", 0},
+                                             {11, "a", -1}, {12, "c", -1}};
   auto ranks = AssignRanks(candidates, {"a", "b"}, 5);
   ASSERT_EQ(ranks.size(), 6u);
   const std::vector<int64_t> order = {0, 3, 11, 1, 10, 12};

@@ -217,10 +217,10 @@ TEST_F(KolorunRemoteTest, GuardBindsRemoteRanksToTheirShare) {
       if (!absl::SimpleAtoi(Field(line, "local"), &local)) continue;
       ++seen;
       const std::vector<int> share = kolo::kolorun::CpuShare(allowed, local, 2);
-      EXPECT_EQ(Field(line, "cpus"),
-                kolo::kolorun::FormatCpuList(
-                    bind && !share.empty() ? share
-                                           : kolo::kolorun::CpuIds(allowed)))
+      EXPECT_EQ(
+          Field(line, "cpus"),
+          kolo::kolorun::FormatCpuList(
+              bind && !share.empty() ? share : kolo::kolorun::CpuIds(allowed)))
           << line;
     }
     EXPECT_EQ(seen, 4) << r.out;

@@ -110,47 +110,45 @@ class LiveOutputTest : public KolorunTest {
 };
 
 TEST_F(LiveOutputTest, ShellProgressWithCarriageReturnsIsShownStepByStep) {
-  const Result r = Stepped(
-      {"-np", "1", "sh", "-c",
-       "printf '\\rstep 1/3'; cat \"$SCRATCH/step1\"; "
-       "printf '\\rstep 2/3'; cat \"$SCRATCH/step2\"; "
-       "printf '\\rstep 3/3\\n'"},
-      {"[0] step 1/3\n", "[0] step 2/3\n", "[0] step 3/3\n"});
+  const Result r =
+      Stepped({"-np", "1", "sh", "-c",
+               "printf '\\rstep 1/3'; cat \"$SCRATCH/step1\"; "
+               "printf '\\rstep 2/3'; cat \"$SCRATCH/step2\"; "
+               "printf '\\rstep 3/3\\n'"},
+              {"[0] step 1/3\n", "[0] step 2/3\n", "[0] step 3/3\n"});
   EXPECT_EQ(r.exit_code(), 0) << r.err;
   // Each version once, as its own line; nothing piled up, no '\r' passed on.
   EXPECT_EQ(r.out, "[0] step 1/3\n[0] step 2/3\n[0] step 3/3\n");
 }
 
 TEST_F(LiveOutputTest, PromptWithoutNewlineIsShownWhileTheWorkerWaits) {
-  const Result r = Stepped(
-      {"-np", "2", "sh", "-c",
-       "if [ $KOLO_RANK = 0 ]; then printf 'continue? '; "
-       "cat \"$SCRATCH/step1\"; echo yes; fi"},
-      {"[0] continue? \n", "[0] yes\n"});
+  const Result r = Stepped({"-np", "2", "sh", "-c",
+                            "if [ $KOLO_RANK = 0 ]; then printf 'continue? '; "
+                            "cat \"$SCRATCH/step1\"; echo yes; fi"},
+                           {"[0] continue? \n", "[0] yes\n"});
   EXPECT_EQ(r.exit_code(), 0) << r.err;
   EXPECT_EQ(r.out, "[0] continue? \n[0] yes\n");
 }
 
 TEST_F(LiveOutputTest, PythonWorkerIsUnbufferedUnderKolorun) {
-  const Result r = Stepped(
-      {"-np", "1", "/usr/bin/python3", "-c",
-       "import os\n"
-       "print('\\rpython step 1', end='')\n"
-       "open(os.environ['SCRATCH'] + '/step1').read()\n"
-       "print('\\rpython step 2')\n"},
-      {"[0] python step 1\n", "[0] python step 2\n"});
+  const Result r = Stepped({"-np", "1", "/usr/bin/python3", "-c",
+                            "import os\n"
+                            "print('\\rpython step 1', end='')\n"
+                            "open(os.environ['SCRATCH'] + '/step1').read()\n"
+                            "print('\\rpython step 2')\n"},
+                           {"[0] python step 1\n", "[0] python step 2\n"});
   EXPECT_EQ(r.exit_code(), 0) << r.err;
   EXPECT_EQ(r.out, "[0] python step 1\n[0] python step 2\n");
 }
 
 TEST_F(LiveOutputTest, CxxWorkerWithUnbufferedStdout) {
   const std::string worker = Runfile("tests/tools/kolorun/progress_worker");
-  const Result r =
-      Stepped({"-np", "1", worker, "unbuffered", "3"},
-              {"[0] Train step 1/3\n", "[0] Train step 2/3\n",
-               "[0] Train step 3/3\n"});
+  const Result r = Stepped(
+      {"-np", "1", worker, "unbuffered", "3"},
+      {"[0] Train step 1/3\n", "[0] Train step 2/3\n", "[0] Train step 3/3\n"});
   EXPECT_EQ(r.exit_code(), 0) << r.err;
-  EXPECT_EQ(r.out, "[0] Train step 1/3\n[0] Train step 2/3\n[0] Train step 3/3\n");
+  EXPECT_EQ(r.out,
+            "[0] Train step 1/3\n[0] Train step 2/3\n[0] Train step 3/3\n");
 }
 
 TEST_F(LiveOutputTest, CxxWorkerUnchangedUnderStdbuf) {
@@ -162,12 +160,13 @@ TEST_F(LiveOutputTest, CxxWorkerUnchangedUnderStdbuf) {
 }
 
 TEST_F(KolorunTest, LineInProgressIsKeptWhenTheWorkerIsKilled) {
-  const Result r = Run({"-np", "2", "sh", "-c",
-                        "echo $$ > \"$SCRATCH/pid.$KOLO_RANK.tmp\"; "
-                        "mv \"$SCRATCH/pid.$KOLO_RANK.tmp\" \"$SCRATCH/pid.$KOLO_RANK\"; "
-                        "if [ $KOLO_RANK = 1 ]; then "
-                        "printf 'done\\n\\rlast words'; kill -KILL $$; fi; "
-                        "exec sleep 1000"});
+  const Result r =
+      Run({"-np", "2", "sh", "-c",
+           "echo $$ > \"$SCRATCH/pid.$KOLO_RANK.tmp\"; "
+           "mv \"$SCRATCH/pid.$KOLO_RANK.tmp\" \"$SCRATCH/pid.$KOLO_RANK\"; "
+           "if [ $KOLO_RANK = 1 ]; then "
+           "printf 'done\\n\\rlast words'; kill -KILL $$; fi; "
+           "exec sleep 1000"});
   EXPECT_NE(r.exit_code(), 0);
   EXPECT_TRUE(absl::StrContains(r.out, "[1] done\n[1] last words\n")) << r.out;
   // Printed before kolorun says how the rank ended.
@@ -187,23 +186,23 @@ TEST_F(KolorunTest, NoTagOutputPrintsLinesAsWritten) {
   EXPECT_TRUE(absl::StrContains(r.err, "err 1\n")) << r.err;
   EXPECT_FALSE(absl::StrContains(r.err, "[1]")) << r.err;
   // --tag-output (the default) after it wins.
-  const Result tagged = Run({"-np", "1", "--no-tag-output", "--tag-output",
-                             "echo", "hi"});
+  const Result tagged =
+      Run({"-np", "1", "--no-tag-output", "--tag-output", "echo", "hi"});
   EXPECT_EQ(tagged.out, "[0] hi\n");
 }
 
 TEST_F(KolorunTest, OutputRanksShowsOnlyThoseRanksButLogsAll) {
   const std::string logs = scratch_ + "/logs";
-  const Result r = Run({"-np", "4", "--output-ranks", "0,2-3",
-                        "--output-filename", logs, "sh", "-c",
-                        "echo out $KOLO_RANK; echo err $KOLO_RANK >&2"});
+  const Result r =
+      Run({"-np", "4", "--output-ranks", "0,2-3", "--output-filename", logs,
+           "sh", "-c", "echo out $KOLO_RANK; echo err $KOLO_RANK >&2"});
   ASSERT_EQ(r.exit_code(), 0) << r.err;
   for (int rank : {0, 2, 3}) {
-    EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("[", rank, "] out ",
-                                                      rank, "\n")))
+    EXPECT_TRUE(
+        absl::StrContains(r.out, absl::StrCat("[", rank, "] out ", rank, "\n")))
         << r.out;
-    EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("[", rank, "] err ",
-                                                      rank, "\n")))
+    EXPECT_TRUE(
+        absl::StrContains(r.err, absl::StrCat("[", rank, "] err ", rank, "\n")))
         << r.err;
   }
   EXPECT_FALSE(absl::StrContains(r.out, "[1]")) << r.out;
@@ -284,8 +283,8 @@ std::map<int, std::string> CpusOfRanks(const std::string& out) {
     int rank;
     std::vector<std::string> parts = absl::StrSplit(line, ' ');
     if (parts.size() == 3 && parts[1] == "cpus" &&
-        absl::SimpleAtoi(absl::StripPrefix(absl::StripSuffix(parts[0], "]"), "["),
-                         &rank)) {
+        absl::SimpleAtoi(
+            absl::StripPrefix(absl::StripSuffix(parts[0], "]"), "["), &rank)) {
       cpus[rank] = parts[2];
     }
   }
@@ -293,7 +292,8 @@ std::map<int, std::string> CpusOfRanks(const std::string& out) {
 }
 
 constexpr char kPrintCpus[] =
-    "echo cpus $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)";
+    "echo cpus $(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "
+    "/proc/self/status)";
 
 TEST_F(KolorunTest, BindsEachRankToItsShareOfTheCpus) {
   const std::vector<kolo::kolorun::Cpu> allowed = kolo::kolorun::AllowedCpus();
@@ -306,12 +306,12 @@ TEST_F(KolorunTest, BindsEachRankToItsShareOfTheCpus) {
     const std::map<int, std::string> cpus = CpusOfRanks(r.out);
     ASSERT_EQ(cpus.size(), static_cast<size_t>(np)) << r.out;
     for (int rank = 0; rank < np; ++rank) {
-      const std::vector<int> share =
-          kolo::kolorun::CpuShare(allowed, rank, np);
+      const std::vector<int> share = kolo::kolorun::CpuShare(allowed, rank, np);
       // More ranks than CPUs: nothing is bound.
       EXPECT_EQ(cpus.at(rank),
                 share.empty() ? all : kolo::kolorun::FormatCpuList(share))
-          << "rank " << rank << " of " << np << "\n" << r.out;
+          << "rank " << rank << " of " << np << "\n"
+          << r.out;
     }
   }
   const Result unbound =
@@ -359,8 +359,8 @@ TEST_F(KolorunTest, SecretIsInAnInheritedMemoryFileAndNeverPrinted) {
 }
 
 TEST_F(KolorunTest, EachRunHasAFreshSecret) {
-  const std::vector<std::string> args = {
-      "-np", "1", "sh", "-c", "cat /proc/self/fd/$KOLO_SECRET_FD"};
+  const std::vector<std::string> args = {"-np", "1", "sh", "-c",
+                                         "cat /proc/self/fd/$KOLO_SECRET_FD"};
   const Result first = Run(args);
   const Result second = Run(args);
   ASSERT_EQ(first.exit_code(), 0) << first.err;
@@ -371,9 +371,10 @@ TEST_F(KolorunTest, EachRunHasAFreshSecret) {
 // Ranks 0 and 2 sleep (rank 0 also in a background child); rank 1 exits 3
 // once the others have written their pids.
 // Whether kolorun's stderr names rank `rank` (`pid`) as having ended `how`.
-bool Names(const std::string& err, int rank, pid_t pid, const std::string& how) {
-  return absl::StrContains(
-      err, absl::StrCat("kolorun: rank ", rank, " (pid ", pid, ") ", how, "\n"));
+bool Names(const std::string& err, int rank, pid_t pid,
+           const std::string& how) {
+  return absl::StrContains(err, absl::StrCat("kolorun: rank ", rank, " (pid ",
+                                             pid, ") ", how, "\n"));
 }
 
 constexpr char kRankOneFails[] = R"(
@@ -430,8 +431,8 @@ TEST_F(KolorunTest, RankKilledBySignalIsNamedWithTheSignal) {
            "mv \"$SCRATCH/pid.$KOLO_RANK.tmp\" \"$SCRATCH/pid.$KOLO_RANK\"; "
            "if [ $KOLO_RANK = 1 ]; then kill -KILL $$; fi; exec sleep 1000"});
   EXPECT_NE(r.exit_code(), 0);
-  EXPECT_TRUE(Names(r.err, 1, PidFromFile("pid.1"),
-                    "was killed by signal SIGKILL"))
+  EXPECT_TRUE(
+      Names(r.err, 1, PidFromFile("pid.1"), "was killed by signal SIGKILL"))
       << r.err;
   // Rank 0 may not have written its pid (tmp file, then mv: never half
   // written) before the teardown killed it.
@@ -691,9 +692,9 @@ TEST_F(KolorunTest, HelpListsTheOptions) {
   const Result r = Run({"--help"});
   EXPECT_EQ(r.exit_code(), 0);
   for (const char* option :
-       {"-np N", "--num-proc", "--start-timeout", "--grace-period",
-        "--verbose", "--help", "--tag-output", "--no-tag-output",
-        "--output-ranks LIST", "setvbuf(stdout, NULL, _IONBF, 0)"}) {
+       {"-np N", "--num-proc", "--start-timeout", "--grace-period", "--verbose",
+        "--help", "--tag-output", "--no-tag-output", "--output-ranks LIST",
+        "setvbuf(stdout, NULL, _IONBF, 0)"}) {
     EXPECT_TRUE(absl::StrContains(r.out, option)) << option;
   }
 }

@@ -61,9 +61,8 @@ TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
   LaunchOptions options;
   options.num_proc = 4;
   options.start_timeout = absl::Milliseconds(2500);
-  const std::vector<std::string> env =
-      WorkerEnvironment({"PATH=/bin", "HOME=/root"}, options,
-                        Endpoint(2, 4, 1, 4242, 7), 16);
+  const std::vector<std::string> env = WorkerEnvironment(
+      {"PATH=/bin", "HOME=/root"}, options, Endpoint(2, 4, 1, 4242, 7), 16);
   for (const char* entry :
        {"PATH=/bin", "HOME=/root", "KOLO_RANK=2", "KOLO_SIZE=4",
         "KOLO_LOCAL_RANK=2", "KOLO_LOCAL_SIZE=4", "KOLO_CROSS_RANK=0",
@@ -72,8 +71,8 @@ TEST(WorkerEnvironmentTest, SetsEveryJobVariable) {
         "KOLO_LAUNCHER=kolorun", "KOLO_START_TIMEOUT=2.5", "OMP_NUM_THREADS=4",
         // As horovodrun exports them.
         "HOROVOD_RANK=2", "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=2",
-        "HOROVOD_LOCAL_SIZE=4", "HOROVOD_CROSS_RANK=0",
-        "HOROVOD_CROSS_SIZE=1", "PYTHONUNBUFFERED=1",
+        "HOROVOD_LOCAL_SIZE=4", "HOROVOD_CROSS_RANK=0", "HOROVOD_CROSS_SIZE=1",
+        "PYTHONUNBUFFERED=1",
         // As torchrun exports them (Note [torch.distributed's variables]).
         "RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=4",
         "GROUP_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500"}) {
@@ -183,27 +182,44 @@ TEST(RemoteWorkerEnvironmentTest, ForwardsTheDocumentedVariablesOnly) {
        "KOLO_SECRET_FILE=/here/only", "KOLO_SECRET_FD=5",
        "CUDA_VISIBLE_DEVICES=1", "PYTHONPATH=/p"},
       options, Endpoint(3, 2, 2, 999, 6));
-  for (const char* entry :
-       {"PATH=/opt/bin:/usr/bin", "LD_LIBRARY_PATH=/opt/lib",
-        "KOLO_OP_TIMEOUT=30", "CUDA_VISIBLE_DEVICES=1", "MY_SETTING=on",
-        "KOLO_RANK=3", "KOLO_SIZE=4", "KOLO_LOCAL_RANK=1", "KOLO_LOCAL_SIZE=2",
-        "KOLO_CROSS_RANK=1", "KOLO_CROSS_SIZE=2",
-        "KOLO_RENDEZVOUS_ADDR=10.0.0.1", "KOLO_RENDEZVOUS_PORT=999",
-        "KOLO_START_TIMEOUT=60", "KOLO_LAUNCHER=kolorun", "HOROVOD_RANK=3",
-        "HOROVOD_SIZE=4", "HOROVOD_LOCAL_RANK=1", "HOROVOD_LOCAL_SIZE=2",
-        "HOROVOD_CROSS_RANK=1", "HOROVOD_CROSS_SIZE=2",
-        "PYTHONUNBUFFERED=1", "RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=1",
-        "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1", "MASTER_ADDR=10.0.0.1",
-        "MASTER_PORT=29500"}) {
+  for (const char* entry : {"PATH=/opt/bin:/usr/bin",
+                            "LD_LIBRARY_PATH=/opt/lib",
+                            "KOLO_OP_TIMEOUT=30",
+                            "CUDA_VISIBLE_DEVICES=1",
+                            "MY_SETTING=on",
+                            "KOLO_RANK=3",
+                            "KOLO_SIZE=4",
+                            "KOLO_LOCAL_RANK=1",
+                            "KOLO_LOCAL_SIZE=2",
+                            "KOLO_CROSS_RANK=1",
+                            "KOLO_CROSS_SIZE=2",
+                            "KOLO_RENDEZVOUS_ADDR=10.0.0.1",
+                            "KOLO_RENDEZVOUS_PORT=999",
+                            "KOLO_START_TIMEOUT=60",
+                            "KOLO_LAUNCHER=kolorun",
+                            "HOROVOD_RANK=3",
+                            "HOROVOD_SIZE=4",
+                            "HOROVOD_LOCAL_RANK=1",
+                            "HOROVOD_LOCAL_SIZE=2",
+                            "HOROVOD_CROSS_RANK=1",
+                            "HOROVOD_CROSS_SIZE=2",
+                            "PYTHONUNBUFFERED=1",
+                            "RANK=3",
+                            "WORLD_SIZE=4",
+                            "LOCAL_RANK=1",
+                            "LOCAL_WORLD_SIZE=2",
+                            "GROUP_RANK=1",
+                            "MASTER_ADDR=10.0.0.1",
+                            "MASTER_PORT=29500"}) {
     EXPECT_TRUE(Has(env, entry)) << entry;
   }
   EXPECT_EQ(env.size(), 29u);
   // The guard makes the secret's descriptor on the remote host; the login
   // environment there provides HOME; OMP_NUM_THREADS follows the remote
   // host's CPUs.
-  for (const char* name : {"KOLO_SECRET", "KOLO_SECRET_FILE", "KOLO_SECRET_FD",
-                           "HOME",
-                           "SSH_AUTH_SOCK", "PYTHONPATH", "OMP_NUM_THREADS"}) {
+  for (const char* name :
+       {"KOLO_SECRET", "KOLO_SECRET_FILE", "KOLO_SECRET_FD", "HOME",
+        "SSH_AUTH_SOCK", "PYTHONPATH", "OMP_NUM_THREADS"}) {
     EXPECT_EQ(CountName(env, name), 0) << name;
   }
 }
@@ -344,7 +360,8 @@ class Steps {
     std::string out;
     char buffer[4096];
     ssize_t n;
-    while ((n = read(reader_, buffer, sizeof(buffer))) > 0) out.append(buffer, n);
+    while ((n = read(reader_, buffer, sizeof(buffer))) > 0)
+      out.append(buffer, n);
     return out;
   }
 

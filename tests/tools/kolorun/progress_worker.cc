@@ -5,9 +5,9 @@
 //
 //   progress_worker unbuffered|plain STEPS
 //
-// unbuffered: setvbuf(stdout, nullptr, _IONBF, 0) first, as docs/multihost.md ("Output")
-// tells C and C++ programs to do; plain: stdio's own buffering (a pipe's is
-// full buffering), e.g. for `stdbuf -o0 progress_worker plain N`.
+// unbuffered: setvbuf(stdout, nullptr, _IONBF, 0) first, as docs/multihost.md
+// ("Output") tells C and C++ programs to do; plain: stdio's own buffering (a
+// pipe's is full buffering), e.g. for `stdbuf -o0 progress_worker plain N`.
 #include <fcntl.h>
 #include <unistd.h>
 

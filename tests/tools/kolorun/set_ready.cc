@@ -24,8 +24,8 @@ std::string Env(const char* name) {
 
 int main() {
   char buffer[256];
-  const ssize_t n =
-      pread(std::atoi(Env("KOLO_SECRET_FD").c_str()), buffer, sizeof(buffer), 0);
+  const ssize_t n = pread(std::atoi(Env("KOLO_SECRET_FD").c_str()), buffer,
+                          sizeof(buffer), 0);
   if (n <= 0) {
     std::fprintf(stderr, "set_ready: cannot read KOLO_SECRET_FD\n");
     return 1;

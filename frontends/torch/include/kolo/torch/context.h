@@ -24,11 +24,11 @@
 //
 // Tensors: dense CPU tensors of dtype uint8, int8, int16, int32, int64,
 // float16, bfloat16, float32 or float64 (and bool, which broadcast, allgather
-// and alltoall move but nothing reduces), any shape (0-dim and empty included), any
-// strides (non-contiguous tensors are sent through a contiguous copy; in-place
-// results are copied back). CUDA tensors are passed to the runtime on their
-// device with an event recorded on the current stream: the collective runs
-// on the runtime's own stream once the work queued before the call is done
+// and alltoall move but nothing reduces), any shape (0-dim and empty included),
+// any strides (non-contiguous tensors are sent through a contiguous copy;
+// in-place results are copied back). CUDA tensors are passed to the runtime on
+// their device with an event recorded on the current stream: the collective
+// runs on the runtime's own stream once the work queued before the call is done
 // (the caller never blocks), and a Handle completes once the result is
 // written. They need a runtime built with the NCCL backend (docs/gpu.md).
 // Until its Handle completes, an async collective owns the tensor's memory:
@@ -308,8 +308,8 @@ class Context {
   // The pending op and request of an allreduce (Allreduce,
   // AllreduceBlocking).
   std::shared_ptr<detail::PendingOp> AllreduceOp(
-      const at::Tensor& tensor, const AllreduceOptions& options,
-      bool in_place, kolo::AllreduceRequest* request);
+      const at::Tensor& tensor, const AllreduceOptions& options, bool in_place,
+      kolo::AllreduceRequest* request);
   Handle Broadcast(const at::Tensor& tensor, const BroadcastOptions& options,
                    bool in_place);
   Handle GroupedAllreduce(const std::vector<at::Tensor>& tensors,

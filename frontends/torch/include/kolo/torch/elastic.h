@@ -27,9 +27,9 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
-#include <memory>
 #include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -79,8 +79,7 @@ bool reset(const std::function<void(kolo::Options*)>& adjust = nullptr);
 // its progress is committed, shared by every rank and synced.
 class ElasticSampler {
  public:
-  explicit ElasticSampler(int64_t size, bool shuffle = true,
-                          uint64_t seed = 0);
+  explicit ElasticSampler(int64_t size, bool shuffle = true, uint64_t seed = 0);
 
   // Starts epoch `epoch` afresh (its own shuffle).
   void set_epoch(int64_t epoch);

@@ -21,9 +21,9 @@
 // may call it on a thread of its own, where an exception ends the process
 // (std::terminate). So a hook never throws: an error (a gradient computed
 // more often than backward_passes_per_step allows, a sparse gradient in a
-// group, a failed submission) is kept, and the next synchronize() (step()) throws it
-// after every allreduce in flight has finished. The first kept error is
-// also written to stderr at once, as a warning: a program that never calls
+// group, a failed submission) is kept, and the next synchronize() (step())
+// throws it after every allreduce in flight has finished. The first kept error
+// is also written to stderr at once, as a warning: a program that never calls
 // step() or synchronize() again would not hear of it otherwise.
 //
 // Threads: the hooks run on autograd's threads; the other methods are meant
