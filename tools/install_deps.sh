@@ -10,6 +10,8 @@ PACKAGES=(
   procps iproute2
   # Sanitizers and fuzzers (tools/sanitize.sh, tools/fuzz.sh)
   clang libclang-rt-14-dev python3
+  # The format check of tools/test.sh (tools/format_check.sh)
+  clang-format-14
   # LibTorch frontend, its example and the DDP baseline
   libtorch-dev dataset-fashion-mnist python3-torch cmake pkg-config zlib1g-dev
   # Python frontend (kolo.torch): its extension, tests and wheel install

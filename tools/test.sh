@@ -21,6 +21,16 @@ if [ "$(du -sm "$disk_cache" 2>/dev/null | cut -f1)" -gt 4096 ] 2>/dev/null; the
   rm -rf "$disk_cache"
 fi
 
+# The C++ files as clang-format makes them (one test).
+echo "=== tools/format_check.sh ==="
+if tools/format_check.sh; then
+  echo "PASSED tools/format_check.sh"
+  passed=$((passed + 1))
+else
+  echo "FAILED tools/format_check.sh"
+  failed=$((failed + 1))
+fi
+
 bazel test --disk_cache="$disk_cache" --keep_going --test_tag_filters=-gpu \
   //... 2>&1 | tee "$log"
 
