@@ -304,9 +304,9 @@ double BoardCycle(const Flags& flags, Coordinator& reference) {
   }
   {
     HitBoard& b = *boards[0];
-    b.Lock(absl::InfiniteFuture(), [] { return true; });
+    if (!b.Lock(absl::InfiniteFuture(), [] { return true; })) std::abort();
+    HitBoardLock locked(&b);
     b.Open();
-    b.Unlock();
   }
   std::vector<double> us;
   std::vector<int64_t> complete, refused;
@@ -318,10 +318,10 @@ double BoardCycle(const Flags& flags, Coordinator& reference) {
       HitBoard& b = *boards[r];
       complete.clear();
       refused.clear();
-      b.Lock(absl::InfiniteFuture(), [] { return true; });
+      if (!b.Lock(absl::InfiniteFuture(), [] { return true; })) std::abort();
+      HitBoardLock locked(&b);
       b.Set(ids[r], c, &complete, &refused);
       if (!complete.empty()) b.Publish(&complete);
-      b.Unlock();
     }
     const uint64_t tail = boards[0]->tail();
     for (int r = 0; r < local; ++r) {
