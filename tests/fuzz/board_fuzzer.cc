@@ -27,6 +27,7 @@
 namespace {
 
 using kolo::HitBoard;
+using kolo::HitBoardLock;
 using kolo::HitBoardShared;
 
 void Check(bool ok, const char* what) {
