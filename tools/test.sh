@@ -5,6 +5,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# Where the time goes: each section's wall time, printed before the counts.
+timings=()
+section_start=$SECONDS
+section() {  # section NAME: ends the running section, starts NAME
+  [ -n "${section_name:-}" ] &&
+    timings+=("$(printf '%5d s  %s' $((SECONDS - section_start)) "$section_name")")
+  section_name=$1
+  section_start=$SECONDS
+  echo "=== $1 ==="
+}
+
+section "tools/install_deps.sh"
 tools/install_deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 
 passed=0
@@ -22,7 +34,7 @@ if [ "$(du -sm "$disk_cache" 2>/dev/null | cut -f1)" -gt 4096 ] 2>/dev/null; the
 fi
 
 # The C++ files as clang-format makes them (one test).
-echo "=== tools/format_check.sh ==="
+section "tools/format_check.sh"
 if tools/format_check.sh; then
   echo "PASSED tools/format_check.sh"
   passed=$((passed + 1))
@@ -31,6 +43,7 @@ else
   failed=$((failed + 1))
 fi
 
+section "bazel test //... (gcc, Debian's torch)"
 bazel test --disk_cache="$disk_cache" --keep_going --test_tag_filters=-gpu \
   //... 2>&1 | tee "$log"
 
@@ -48,7 +61,7 @@ fi
 # which Bazel reports as PASSED; a test whose log says it skipped everything
 # ("[  SKIPPED ]" from gtest with no test run, or a "SKIP all" line) is
 # counted as skipped. tools/device_check.sh runs them on a GPU machine.
-echo "=== GPU tests (tag gpu) ==="
+section "GPU tests (tag gpu)"
 bazel test --keep_going --test_tag_filters=gpu //... 2>&1 | tee "$log"
 for target in $(grep -oE "^//[^ ]+ +(\(cached\) )?PASSED" "$log" | cut -d' ' -f1); do
   testlog="bazel-testlogs/$(sed -e 's|^//||' -e 's|:|/|' <<<"$target")/test.log"
@@ -73,7 +86,7 @@ if [ "${KOLO_SKIP_SANITIZERS:-0}" = 1 ]; then
   skipped=$((skipped + 1))
 else
   for sanitizer in asan tsan; do
-    echo "=== tools/sanitize.sh $sanitizer ==="
+    section "tools/sanitize.sh $sanitizer"
     tools/sanitize.sh "$sanitizer" 2>&1 | tee "$log.san"
     s_pass=$(grep -cE "^//[^ ]+ +(\(cached\) )?PASSED" "$log.san" || true)
     s_fail=$(grep -cE "^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS)" "$log.san" || true)
@@ -84,7 +97,7 @@ else
   done
 
   # clang's thread-safety analysis over everything with a lock (one test).
-  echo "=== tools/thread_safety.sh ==="
+  section "tools/thread_safety.sh"
   tools/thread_safety.sh > "$log.tsa" 2>&1
   tsa_status=$?
   grep -E "error:|ERROR:" "$log.tsa" | head -60
@@ -99,7 +112,7 @@ else
   fi
 
   # Fuzzers: a short run of each (tools/fuzz.sh SECONDS for longer ones).
-  echo "=== tools/fuzz.sh ${KOLO_FUZZ_SECONDS:-20} ==="
+  section "tools/fuzz.sh ${KOLO_FUZZ_SECONDS:-20}"
   tools/fuzz.sh "${KOLO_FUZZ_SECONDS:-20}" 2>&1 | tee "$log.fuzz"
   f_pass=$(grep -cE "^fuzz [a-z_]+: [0-9]+ runs" "$log.fuzz" || true)
   f_fail=$(grep -cE "^fuzz [a-z_]+: FAILED" "$log.fuzz" || true)
@@ -110,7 +123,7 @@ else
 fi
 
 # The main-job command, as a user runs it, on a small workload.
-echo "=== tools/demo.sh (small workload: 2 ranks, a subset of Fashion-MNIST) ==="
+section "tools/demo.sh (small workload: 2 ranks, a subset of Fashion-MNIST)"
 if out=$(NP=2 timeout 600 tools/demo.sh --limit-train 1024 --limit-test 500 \
            --min-accuracy 40 2>&1) &&
    [ "$(grep -c '\] OK rank' <<<"$out")" -eq 2 ]; then
@@ -125,7 +138,7 @@ fi
 
 # Multi-host and launcher-engine tests (root: network namespaces, sshd,
 # mpirun, torchrun, Slurm-style); outside Bazel by design.
-echo "=== tests/multihost/run.sh (namespaces, sshd, mpirun, torchrun, Slurm) ==="
+section "tests/multihost/run.sh (namespaces, sshd, mpirun, torchrun, Slurm)"
 mh_log=$(mktemp)
 timeout 600 tests/multihost/run.sh 2>&1 | tee "$mh_log"
 mh_status=${PIPESTATUS[0]}
@@ -143,7 +156,7 @@ rm -f "$mh_log"
 # passes when it passed on every rank), then the launch tests (kolorun,
 # mpirun, torchrun, the wheel in a venv, a killed rank under DDP, elastic
 # jobs in Python and C++).
-echo "=== Python frontend: kolo.torch and the torch.distributed backend under kolorun (np 2, 3) and launch tests ==="
+section "Python frontend: kolo.torch and the torch.distributed backend under kolorun (np 2, 3) and launch tests"
 py_out=$(mktemp -d)
 py_log=$(mktemp)
 bazel build //frontends/python:site //tools/kolorun:kolorun \
@@ -180,7 +193,7 @@ rm -rf "$py_out" "$py_log"
 # are labelled torch<version>/.
 torch_version=$(sed -n 's/^torch==//p' tools/torch-versions.txt)
 label="torch$torch_version"
-echo "=== $label from PyPI: C++ frontend, kolo.torch, torch.distributed, launch tests ==="
+section "$label from PyPI: C++ frontend, kolo.torch, torch.distributed, launch tests"
 t_out=$(mktemp -d)
 t_log=$(mktemp)
 if torch_python=$(tools/torch_env.sh); then
@@ -230,6 +243,8 @@ else
 fi
 rm -rf "$t_out" "$t_log"
 
+section "end"
+printf '%s\n' "${timings[@]}" "$(printf '%5d s  in all' "$SECONDS")"
 if [ "$skipped" -gt 0 ]; then
   echo "$passed passed, $failed failed, $skipped skipped"
 else

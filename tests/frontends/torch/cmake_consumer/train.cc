@@ -19,9 +19,9 @@
 
 struct NetImpl : torch::nn::Module {
   NetImpl()
-      : conv(register_module(
-            "conv",
-            torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 16, 3).padding(1)))),
+      : conv(register_module("conv", torch::nn::Conv2d(
+                                         torch::nn::Conv2dOptions(1, 16, 3)
+                                             .padding(1)))),
         fc1(register_module("fc1", torch::nn::Linear(16 * 14 * 14, 64))),
         fc2(register_module("fc2", torch::nn::Linear(64, 10))) {}
   torch::Tensor forward(torch::Tensor x) {
@@ -58,15 +58,15 @@ int main(int argc, char** argv) {
   const int64_t epochs = argc > 2 ? std::stoll(argv[2]) : 2;
   const std::string checkpoint = argc > 3 ? argv[3] : "checkpoint";
   const size_t max_batches = argc > 4 ? std::stoul(argv[4]) : 0;
-  kolo::torch::init();                                               // kolo
+  kolo::torch::init();                                         // kolo
   const int rank = kolo::torch::rank(), size = kolo::torch::size();  // kolo
 
   torch::manual_seed(1);
   Net model;
-  kolo::torch::DistributedOptimizer optimizer(  // kolo
+  kolo::torch::DistributedOptimizer optimizer(                 // kolo
       std::make_unique<torch::optim::Adam>(model->parameters(),
                                            torch::optim::AdamOptions(1e-3)),
-      model->named_parameters());  // kolo
+      model->named_parameters());                              // kolo
   torch::optim::StepLR scheduler(optimizer, /*step_size=*/1, /*gamma=*/0.5);
 
   int64_t first_epoch = 1;
@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
     torch::load(epoch, checkpoint + "/epoch.pt");
     first_epoch = epoch.item<int64_t>() + 1;
   }
-  kolo::torch::broadcast_parameters(*model, 0);          // kolo
-  kolo::torch::broadcast_optimizer_state(optimizer, 0);  // kolo
-  first_epoch = kolo::torch::broadcast(                  // kolo
+  kolo::torch::broadcast_parameters(*model, 0);               // kolo
+  kolo::torch::broadcast_optimizer_state(optimizer, 0);       // kolo
+  first_epoch = kolo::torch::broadcast(                       // kolo
                     torch::tensor(first_epoch),
                     kolo::torch::BroadcastOptions().name("first_epoch"))
                     .item<int64_t>();
@@ -144,5 +144,5 @@ int main(int argc, char** argv) {
   double total = 0;
   for (const auto& p : model->parameters()) total += p.sum().item<double>();
   std::printf("rank %d parameters %.17g\n", rank, total);
-  kolo::torch::shutdown();  // kolo
+  kolo::torch::shutdown();                                     // kolo
 }
