@@ -11,6 +11,7 @@
 #include "runtime/loop/backend.h"
 #include "runtime/loop/runtime_impl.h"
 #include "runtime/sync/mutex.h"
+#include "runtime/util/format.h"
 #include "runtime/util/status_macros.h"
 
 namespace kolo {
@@ -70,6 +71,24 @@ absl::Status CheckTensor(const char* op, const std::string& name,
   return absl::OkStatus();
 }
 
+// A request's own timeout (Note [Request timeouts] in
+// runtime/negotiation/collectives.h): 0 takes the job's op timeout.
+absl::Status CheckTimeout(const char* op, const std::string& name,
+                          absl::Duration timeout) {
+  if (timeout < absl::ZeroDuration()) {
+    return Invalid(op, name,
+                   absl::StrCat("timeout ", FormatSeconds(timeout),
+                                " is negative (0: the job's op timeout)"));
+  }
+  return absl::OkStatus();
+}
+
+// In whole microseconds, at least 1 for a positive one (0: none).
+int64_t TimeoutMicros(absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration()) return 0;
+  return std::max<int64_t>(1, absl::ToInt64Microseconds(timeout));
+}
+
 void FillRequest(wire::CollectiveType type, const std::string& name,
                  const TensorView& t, wire::Request* r) {
   r->set_type(type);
@@ -113,6 +132,9 @@ absl::Status CheckAllreduceTensors(const AllreduceRequest& req) {
   if (!same || (req.output.data == nullptr && req.input.data != nullptr)) {
     KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
   }
+  if (req.timeout != absl::ZeroDuration()) {
+    KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
+  }
   if (!same) {
     return Invalid(
         op, req.name,
@@ -138,6 +160,7 @@ void FillAllreduce(const AllreduceRequest& req, TensorEntry* entry) {
   entry->request.set_prescale(req.prescale);
   entry->request.set_postscale(req.postscale);
   entry->request.set_process_set(req.process_set);
+  entry->request.set_timeout_us(TimeoutMicros(req.timeout));
   entry->input = req.input;
   entry->output = req.output;
 }
@@ -228,6 +251,7 @@ absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
 absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
   const char* op = "broadcast";
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "tensor", req.tensor));
+  KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   if (req.root < 0) {
@@ -246,6 +270,7 @@ absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
   entry.request = BaseRequest(wire::BROADCAST, req.name, req.tensor);
   entry.request.set_root(root);
   entry.request.set_process_set(req.process_set);
+  entry.request.set_timeout_us(TimeoutMicros(req.timeout));
   entry.input = req.tensor;
   entry.output = req.tensor;
   return impl_->Submit(std::move(entry));
@@ -261,11 +286,13 @@ absl::StatusOr<Work> Runtime::Allgather(const AllgatherRequest& req) {
   if (!req.allocator) {
     return Invalid(op, req.name, "an output allocator is required");
   }
+  KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   TensorEntry entry;
   entry.request = BaseRequest(wire::ALLGATHER, req.name, req.input);
   entry.request.set_process_set(req.process_set);
+  entry.request.set_timeout_us(TimeoutMicros(req.timeout));
   entry.input = req.input;
   entry.allocator = req.allocator;
   return impl_->Submit(std::move(entry));
@@ -286,6 +313,7 @@ absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
   }
   if (!req.allocator)
     return Invalid(op, req.name, "an output allocator is required");
+  KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const int n = (*set)->size();
@@ -315,6 +343,7 @@ absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
   TensorEntry entry;
   entry.request = BaseRequest(wire::ALLTOALL, req.name, req.input);
   entry.request.set_process_set(req.process_set);
+  entry.request.set_timeout_us(TimeoutMicros(req.timeout));
   for (int64_t v : splits) entry.request.add_splits(v);
   entry.input = req.input;
   entry.allocator = req.allocator;
@@ -326,6 +355,7 @@ absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "input", req.input));
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
   KOLO_RETURN_IF_ERROR(CheckReduction(op, req.name, req.op));
+  KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
   auto set = impl_->MemberSet(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const std::vector<int64_t> want =
@@ -342,6 +372,7 @@ absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
   TensorEntry entry;
   entry.request = BaseRequest(wire::REDUCESCATTER, req.name, req.input);
   entry.request.set_process_set(req.process_set);
+  entry.request.set_timeout_us(TimeoutMicros(req.timeout));
   entry.request.set_op(static_cast<int>(req.op));
   entry.request.set_prescale(req.prescale);
   entry.request.set_postscale(req.postscale);
@@ -398,13 +429,19 @@ absl::StatusOr<Work> Runtime::GroupedAllreduce(
   return internal::WorkAccess::Make(group->work);
 }
 
-absl::StatusOr<Work> Runtime::Barrier(int process_set) {
+absl::StatusOr<Work> Runtime::Barrier(int process_set, absl::Duration timeout) {
+  if (timeout < absl::ZeroDuration()) {  // (before a barrier is numbered)
+    return absl::InvalidArgumentError(
+        absl::StrCat("barrier: timeout ", FormatSeconds(timeout),
+                     " is negative (0: the job's op timeout)"));
+  }
   auto set = impl_->MemberSet(process_set, "barrier");
   if (!set.ok()) return set.status();
   TensorEntry entry;
   entry.request.set_type(wire::BARRIER);
   entry.request.set_process_set(process_set);
   entry.request.set_name(absl::StrCat("__kolo_barrier_", (*set)->barriers++));
+  entry.request.set_timeout_us(TimeoutMicros(timeout));
   return impl_->Submit(std::move(entry));
 }
 

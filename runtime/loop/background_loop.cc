@@ -228,7 +228,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   std::vector<int64_t>* run_hits = nullptr;
   int64_t hits_taken = 0, requests_taken = 0;
   queue_.TakeNewRequests(
-      now + options_.op_timeout + kLocalTimeoutSlack,
+      now + kLocalTimeoutSlack, options_.op_timeout,
       [&](const wire::Request& r) {
         if (r.process_set() != run_set || run_cache == nullptr) {
           run_set = r.process_set();
@@ -410,13 +410,13 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
       if (!fatal_status().ok()) return;
       if (list.shutdown()) *done = true;
     }
-    *next_wakeup =
-        std::min(*next_wakeup, c.NextPendingDeadline(options_.op_timeout));
+    *next_wakeup = std::min(*next_wakeup, c.NextTimeout(options_.op_timeout));
   }
   // The board may have opened after TendBoard (at a list's marker): it is
   // looked at while it is open (BoardCheckLimit).
   if (board_ && board_->open()) {
-    *next_wakeup = std::min(*next_wakeup, now + BoardCheckLimit());
+    *next_wakeup = std::min(*next_wakeup,
+                            now + BoardCheckLimit(*sets.back()->coordinator));
   }
 }
 

@@ -242,12 +242,13 @@ void RuntimeImpl::CloseBoard(ProcessSetState& global, absl::Time now) {
   }
 }
 
-absl::Duration RuntimeImpl::BoardCheckLimit() const {
+absl::Duration RuntimeImpl::BoardCheckLimit(const Coordinator& global) const {
   // A partly set id is the coordinator's once it is as old as its
-  // earliest check (time-out, stall report, stall shutdown). Setting a bit
-  // rings nobody, so while the board is open rank 0 looks at least that
-  // often (a rank 0 that stops submitting must be reported too).
-  absl::Duration limit = options_.op_timeout;
+  // earliest check (time-out, the shortest a request of the set came with
+  // included: Note [Request timeouts]; stall report, stall shutdown).
+  // Setting a bit rings nobody, so while the board is open rank 0 looks at
+  // least that often (a rank 0 that stops submitting must be reported too).
+  absl::Duration limit = global.ShortestTimeout(options_.op_timeout);
   for (absl::Duration d :
        {options_.stall_check_time, options_.stall_shutdown_time}) {
     if (d > absl::ZeroDuration()) limit = std::min(limit, d);
@@ -258,7 +259,7 @@ absl::Duration RuntimeImpl::BoardCheckLimit() const {
 void RuntimeImpl::TendBoard(ProcessSetState& global, absl::Time now,
                             absl::Time* next_wakeup) {
   Coordinator& c = *global.coordinator;
-  const absl::Duration limit = BoardCheckLimit();
+  const absl::Duration limit = BoardCheckLimit(c);
   if (board_->open()) *next_wakeup = std::min(*next_wakeup, now + limit);
   if (board_->open() && board_->partial() > 0) {
     const int64_t limit_ns = absl::ToInt64Nanoseconds(limit);

@@ -140,9 +140,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // entry its Work state (unless it has one).
   absl::Status Prepare(TensorEntry* entry);
   // A rank that cannot reach the coordinator gives up this long after the
-  // coordinator itself would have reported the op timeout (each entry's
-  // deadline counts from when its request is taken for sending: by the
-  // background thread, or by a caller in its turn).
+  // coordinator itself would have reported the request's timeout (each
+  // entry's deadline counts from when its request is taken for sending: by
+  // the background thread, or by a caller in its turn).
   static constexpr absl::Duration kLocalTimeoutSlack = absl::Seconds(2);
   // Note [Background loop] in background_loop.cc.
   void BackgroundLoop();
@@ -190,7 +190,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void TendBoard(ProcessSetState& global, absl::Time now,
                  absl::Time* next_wakeup);
   // How often rank 0 looks at an open board: its earliest check.
-  absl::Duration BoardCheckLimit() const;
+  absl::Duration BoardCheckLimit(const Coordinator& global) const;
   // Coordinator, board locked: opens it if `global` is quiet and every
   // request list sent has arrived.
   void OpenBoardIfQuietLocked(const Coordinator& global) KOLO_REQUIRES(board_);

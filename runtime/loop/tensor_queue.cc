@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/negotiation/collectives.h"
 #include "runtime/negotiation/coordinator.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/util/format.h"
@@ -244,15 +245,20 @@ size_t TensorQueue::free_entries() const {
 // they removed during a take to the take to destroy (Bury). A request is
 // not written once added, so reading it outside the lock is safe.
 void TensorQueue::TakeNewRequests(
-    absl::Time deadline, const std::function<void(const wire::Request&)>& fn) {
+    absl::Time from, absl::Duration op_timeout,
+    const std::function<void(const wire::Request&)>& fn) {
   {
     MutexLock lock(&mu_);
     if (new_entries_.empty()) return;
+    const absl::Time deadline = from + op_timeout;
     for (TensorEntry* e : new_entries_) {
       e->sent = true;
-      if (e->deadline == absl::InfiniteFuture()) e->deadline = deadline;
+      if (e->deadline != absl::InfiniteFuture()) continue;
+      e->deadline = e->request.timeout_us() > 0
+                        ? from + absl::Microseconds(e->request.timeout_us())
+                        : deadline;
+      earliest_deadline_ = std::min(earliest_deadline_, e->deadline);
     }
-    earliest_deadline_ = std::min(earliest_deadline_, deadline);
     taking_.swap(new_entries_);  // new_entries_: the last take's storage
     has_new_.store(false, std::memory_order_release);
     take_running_ = true;
@@ -350,8 +356,8 @@ absl::Time TensorQueue::ExpireLocal(absl::Time now, absl::Duration op_timeout) {
       e->Complete(absl::DeadlineExceededError(absl::StrCat(
           CollectiveName(e->request.type()), " \"", e->request.name(),
           "\": no response from the coordinator within ",
-          FormatSeconds(op_timeout),
-          " (KOLO_OP_TIMEOUT); is rank 0 alive and reachable?")));
+          DescribeTimeout(e->request.timeout_us(), op_timeout),
+          "; is rank 0 alive and reachable?")));
     }
   }
   earliest_deadline_ = next;

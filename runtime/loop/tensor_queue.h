@@ -105,9 +105,10 @@ class TensorQueue {
   // order, without copies and outside the queue's lock (Note [Taking
   // without the lock]; one take at a time, in the loop's turn, and `fn`
   // must not take again).
-  // Entries added without a deadline get `deadline`: one clock read per
-  // take instead of one per submission.
-  void TakeNewRequests(absl::Time deadline,
+  // Entries added without a deadline get `from` plus their request's
+  // timeout (`op_timeout` where it has none: Note [Request timeouts]): one
+  // clock read per take instead of one per submission.
+  void TakeNewRequests(absl::Time from, absl::Duration op_timeout,
                        const std::function<void(const wire::Request&)>& fn);
   // Without the lock: whether requests wait to be taken, and how many
   // were ever added (a change means a submission came).

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kolo/types.h"
+#include "runtime/util/format.h"
 
 namespace kolo {
 namespace {
@@ -285,6 +286,14 @@ const Index<wire::CollectiveType, &CollectiveRules::request> kByRequest;
 const Index<wire::ResponseType, &CollectiveRules::response> kByResponse;
 
 }  // namespace
+
+std::string DescribeTimeout(int64_t timeout_us, absl::Duration op_timeout) {
+  if (timeout_us > 0) {
+    return absl::StrCat(FormatSeconds(absl::Microseconds(timeout_us)),
+                        " (the request's timeout)");
+  }
+  return absl::StrCat(FormatSeconds(op_timeout), " (KOLO_OP_TIMEOUT)");
+}
 
 const CollectiveRules* RulesFor(wire::CollectiveType type) {
   return kByRequest.Find(type);

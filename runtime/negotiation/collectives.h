@@ -20,7 +20,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
+#include "absl/time/time.h"
 #include "runtime/negotiation/validation.h"
 #include "runtime/wire.pb.h"
 
@@ -50,6 +52,27 @@ struct CollectiveRules {
   // holds one entry per tensor.
   void (*fill)(const Agreement& a, wire::Response* r);
 };
+
+// Note [Request timeouts]
+// Every request has a timeout (Request::timeout_us; 0: the job's op
+// timeout, KOLO_OP_TIMEOUT): how long it waits for the other ranks of its
+// set to submit it, counted from the first submission the coordinator
+// sees, whatever carries it (a request list, a bit on the hit board, a
+// host leader's message), and, on a rank that waits for the coordinator's
+// answer, from when its request was taken for sending plus a slack
+// (RuntimeImpl::kLocalTimeoutSlack). Where the ranks' timeouts differ the
+// shortest one counts. The timeout is part of the request: one that changes
+// is a cache miss. It does not bound the transfer once every rank has
+// submitted (the backends take the job's op timeout for that).
+//
+// The request's timeout, `op_timeout` where it has none of its own.
+inline absl::Duration RequestTimeout(const wire::Request& r,
+                                     absl::Duration op_timeout) {
+  return r.timeout_us() > 0 ? absl::Microseconds(r.timeout_us()) : op_timeout;
+}
+// How an error names that timeout: "2s (the request's timeout)" or "600s
+// (KOLO_OP_TIMEOUT)".
+std::string DescribeTimeout(int64_t timeout_us, absl::Duration op_timeout);
 
 // The row of a request type, or null for an unknown one.
 const CollectiveRules* RulesFor(wire::CollectiveType type);

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/negotiation/collectives.h"
 #include "runtime/negotiation/fusion.h"
 #include "runtime/util/format.h"
 
@@ -444,6 +445,12 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
     return;
   }
   if (p.by_rank[rank]) return;  // Rejected on the rank already.
+  if (const int64_t t = request->timeout_us(); t > 0) {
+    if (p.timeout_us == 0 || t < p.timeout_us) p.timeout_us = t;
+    if (shortest_timeout_us_ == 0 || t < shortest_timeout_us_) {
+      shortest_timeout_us_ = t;
+    }
+  }
   p.by_rank[rank] = std::move(request);
   p.cache_id[rank] = cache_id;
   ++p.count;
@@ -644,18 +651,40 @@ void Coordinator::FailPending(absl::string_view name, const Pending& p,
   PushReady(std::move(ready));
 }
 
+absl::Duration Coordinator::ShortestTimeout(absl::Duration op_timeout) const {
+  return shortest_timeout_us_ > 0
+             ? std::min(op_timeout, absl::Microseconds(shortest_timeout_us_))
+             : op_timeout;
+}
+
+absl::Time Coordinator::NextTimeout(absl::Duration op_timeout) const {
+  if (shortest_timeout_us_ == 0) return OldestPending() + op_timeout;
+  // A partly hit id's timeout is known once it is on the slow path, where
+  // ExpireOlderThan moves it when the shortest one could have passed.
+  absl::Time next = OldestHit() + ShortestTimeout(op_timeout);
+  for (const auto& [name, p] : pending_) {
+    const absl::Duration timeout =
+        p.timeout_us > 0 ? absl::Microseconds(p.timeout_us) : op_timeout;
+    next = std::min(next, p.first_seen + timeout);
+  }
+  return next;
+}
+
 void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
-  if (now - OldestPending() < op_timeout) return;
-  if (now - OldestHit() >= op_timeout) MaterializeHits();
+  if (now < NextTimeout(op_timeout)) return;
+  if (now - OldestHit() >= ShortestTimeout(op_timeout)) MaterializeHits();
   for (absl::string_view name : SortedPendingNames()) {
     auto it = pending_.find(name);
-    if (now - it->second.first_seen < op_timeout) continue;
-    FailPending(it->first, it->second, absl::StatusCode::kDeadlineExceeded,
-                absl::StrCat("timed out after ", FormatSeconds(op_timeout),
-                             " (KOLO_OP_TIMEOUT) waiting for ",
-                             RanksWhere(it->second, /*submitted=*/false),
-                             " to submit it"),
-                now);
+    const Pending& p = it->second;
+    const absl::Duration timeout =
+        p.timeout_us > 0 ? absl::Microseconds(p.timeout_us) : op_timeout;
+    if (now - p.first_seen < timeout) continue;
+    FailPending(
+        it->first, p, absl::StatusCode::kDeadlineExceeded,
+        absl::StrCat("timed out after ",
+                     DescribeTimeout(p.timeout_us, op_timeout), " waiting for ",
+                     RanksWhere(p, /*submitted=*/false), " to submit it"),
+        now);
     ErasePending(it);
   }
 }

@@ -84,8 +84,16 @@ class Coordinator {
   // list's acked_seq says, without the list), for each (rank, acked_seq).
   void AddAcks(const std::vector<std::pair<int, int64_t>>& acks);
 
-  // Names pending longer than `op_timeout` become DeadlineExceeded errors.
+  // Names pending longer than their timeout (Note [Request timeouts] in
+  // collectives.h; `op_timeout` for requests without one of their own)
+  // become DeadlineExceeded errors naming the ranks that did not submit.
   void ExpireOlderThan(absl::Duration op_timeout, absl::Time now);
+  // When ExpireOlderThan has work next, or InfiniteFuture: exact while
+  // every request takes the job's timeout (O(1)), else at most early.
+  absl::Time NextTimeout(absl::Duration op_timeout) const;
+  // The shortest timeout a pending or partly hit name may have:
+  // `op_timeout`, or a shorter one some request of this set came with.
+  absl::Duration ShortestTimeout(absl::Duration op_timeout) const;
   // Stall inspector: one line per rank that is holding back names pending
   // longer than `check_time` and not reported before, e.g.
   // "rank 1: [grad/a, grad/b]".
@@ -144,6 +152,9 @@ class Coordinator {
     absl::InlinedVector<int64_t, 4> cache_id;  // per rank: the id sent, or -1
     int count = 0;
     absl::Time first_seen;
+    // The shortest of the submitted requests' own timeouts (Note [Request
+    // timeouts]); 0: none has one (the job's op timeout).
+    int64_t timeout_us = 0;
     bool stall_reported = false;
     // ADD_MEMBER_PROCESS_SET: the ranks (of this set) that submit it, the
     // only ones waited for (Note [Sets created by their members]). Empty:
@@ -285,6 +296,9 @@ class Coordinator {
   // Name -> pending state; the key views a request the entry holds.
   PendingMap pending_;
   mutable absl::Time oldest_ = absl::InfiniteFuture();  // see OldestPending
+  // The shortest timeout_us any request of this set came with (a cache
+  // hit's is its cached request's); 0: none came with one.
+  int64_t shortest_timeout_us_ = 0;
   mutable bool oldest_stale_ = false;
   int stall_reported_ = 0;  // pending names with stall_reported
   std::deque<Ready> ready_;

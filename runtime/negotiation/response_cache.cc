@@ -32,6 +32,7 @@ bool SameRequest(const wire::Request& a, const wire::Request& b) {
          a.op() == b.op() && a.process_set() == b.process_set() &&
          a.group_size() == b.group_size() &&
          a.target_process_set() == b.target_process_set() &&
+         a.timeout_us() == b.timeout_us() &&
          SameBits(a.prescale(), b.prescale()) &&
          SameBits(a.postscale(), b.postscale()) &&
          SameElements(a.shape(), b.shape()) &&

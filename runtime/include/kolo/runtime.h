@@ -57,6 +57,12 @@ struct AllreduceRequest {
   double prescale = 1.0;
   double postscale = 1.0;
   int process_set = kGlobalProcessSet;
+  // How long this request waits for the other ranks of its set to submit
+  // theirs before it fails with DeadlineExceeded naming the ranks that did
+  // not; zero: the job's op timeout (Options::op_timeout). Where ranks give
+  // different timeouts the shortest counts. It does not bound the transfer
+  // itself once every rank has submitted (the op timeout does).
+  absl::Duration timeout = absl::ZeroDuration();
 };
 
 struct BroadcastRequest {
@@ -64,6 +70,7 @@ struct BroadcastRequest {
   TensorView tensor;  // Read on `root`, overwritten on every other rank.
   int root = 0;       // Rank of the job (a member of the process set).
   int process_set = kGlobalProcessSet;
+  absl::Duration timeout = absl::ZeroDuration();  // As AllreduceRequest's.
 };
 
 // Called on the background thread once the output shape is known; returns
@@ -77,6 +84,7 @@ struct AllgatherRequest {
   TensorView input;  // The first dimension may differ between ranks.
   OutputAllocator allocator;
   int process_set = kGlobalProcessSet;
+  absl::Duration timeout = absl::ZeroDuration();  // As AllreduceRequest's.
 };
 
 // Rank r sends rows [sum(splits[0..k)), sum(splits[0..k])) of its input to
@@ -89,6 +97,7 @@ struct AlltoallRequest {
   std::vector<int64_t> splits;  // One entry per rank; empty = equal split.
   OutputAllocator allocator;
   int process_set = kGlobalProcessSet;
+  absl::Duration timeout = absl::ZeroDuration();  // As AllreduceRequest's.
 };
 
 // Reduces the input (same shape on every rank) and leaves rank k with its
@@ -102,6 +111,7 @@ struct ReducescatterRequest {
   double prescale = 1.0;
   double postscale = 1.0;
   int process_set = kGlobalProcessSet;
+  absl::Duration timeout = absl::ZeroDuration();  // As AllreduceRequest's.
 };
 
 // The output shape of rank `rank` of `size` in a reducescatter of `input`.
@@ -205,8 +215,10 @@ class Runtime {
   absl::StatusOr<Work> GroupedAllreduce(
       const std::vector<AllreduceRequest>& requests);
 
-  // Completes once every rank of the set has called Barrier.
-  absl::StatusOr<Work> Barrier(int process_set = kGlobalProcessSet);
+  // Completes once every rank of the set has called Barrier. `timeout` as
+  // AllreduceRequest's (zero: the job's op timeout).
+  absl::StatusOr<Work> Barrier(int process_set = kGlobalProcessSet,
+                               absl::Duration timeout = absl::ZeroDuration());
 
   // For uneven data: this rank has no more batches. Until every rank has
   // joined, it contributes zeros to the sum/average allreduces the others

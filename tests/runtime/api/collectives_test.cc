@@ -1,5 +1,6 @@
 // Multi-rank tests: N Runtimes as threads of one process, real loopback TCP
-// for the control plane and gloo. World sizes 1..4, every dtype and op,
+// for the control plane and gloo, over every transport (testing::Setup) at
+// world sizes 1..8, every dtype and op,
 // element counts 0, 1, odd and several MB, fusion, mismatches.
 #include <algorithm>
 #include <atomic>
@@ -20,9 +21,9 @@ namespace {
 using testing::Buffer;
 using testing::OnEachRank;
 
-class Collectives : public ::testing::TestWithParam<int> {
+class Collectives : public ::testing::TestWithParam<testing::Setup> {
  protected:
-  int size() const { return GetParam(); }
+  int size() const { return GetParam().size; }
 };
 
 // Input element i of `rank` for `op`: small integers, so that every dtype
@@ -71,7 +72,7 @@ std::vector<ReduceOp> AllOps() {
 
 TEST_P(Collectives, AllreduceEveryDtypeOpAndCount) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   struct Case {
     std::string name;
     DataType dtype;
@@ -146,7 +147,7 @@ TEST_P(Collectives, LargeAllreduceInPlaceAndScaled) {
   const int n = size();
   // A small fusion threshold splits the 12 MB tensors into separate buckets.
   auto rts = testing::StartJob(
-      n, [](Options& o) { o.fusion_threshold_bytes = 4 << 20; });
+      GetParam(), [](Options& o) { o.fusion_threshold_bytes = 4 << 20; });
   const size_t count = 3 * 1024 * 1024 + 3;  // several MB, odd
   OnEachRank(n, [&](int r) {
     std::vector<float> a(count), b(count);
@@ -182,7 +183,7 @@ TEST_P(Collectives, LargeAllreduceInPlaceAndScaled) {
 
 TEST_P(Collectives, BroadcastFromEveryRootEveryDtype) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   OnEachRank(n, [&](int r) {
     std::vector<Buffer> bufs;
     std::vector<std::string> names;
@@ -219,7 +220,7 @@ TEST_P(Collectives, BroadcastFromEveryRootEveryDtype) {
 
 TEST_P(Collectives, AllgatherUnevenFirstDimension) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   OnEachRank(n, [&](int r) {
     // Tensor t: rank r contributes (r + t) % 3 rows of 4 int32 (rank 0 of
     // tensor 0 contributes nothing), three tensors fused in one collective.
@@ -282,7 +283,7 @@ double HorovodScaled(DataType dtype, double v, double factor) {
 // bitwise alike on every rank.
 TEST_P(Collectives, IntegerAveragesAndScaleFactorsAsHorovod) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   struct Case {
     ReduceOp op;
     double prescale, postscale;
@@ -296,9 +297,10 @@ TEST_P(Collectives, IntegerAveragesAndScaleFactorsAsHorovod) {
                              DataType::kInt16, DataType::kInt32,
                              DataType::kInt64};
   constexpr size_t kCount = 6;
-  // Rank r's element i; uint8 gets no negative values.
+  // Rank r's element i, in [-3, 3] so that sums of 8 ranks stay in int8's
+  // range before scaling; uint8 gets no negative values.
   auto input = [](DataType dtype, int r, size_t i) {
-    const double v = static_cast<double>(r + 2 * i) - 3;
+    const double v = static_cast<double>((r + 2 * i) % 7) - 3;
     return dtype == DataType::kUint8 ? std::abs(v) : v;
   };
   std::vector<std::vector<std::vector<uint8_t>>> results(n);
@@ -367,7 +369,7 @@ TEST_P(Collectives, IntegerAveragesAndScaleFactorsAsHorovod) {
 // every rank, naming the set's ranks.
 TEST_P(Collectives, BroadcastRootOutsideTheSetFailsOnEveryRank) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   OnEachRank(n, [&](int r) {
     int32_t ints[4] = {1, 2, 3, 4};
     BroadcastRequest root;
@@ -390,7 +392,7 @@ TEST_P(Collectives, BroadcastRootOutsideTheSetFailsOnEveryRank) {
 
 TEST_P(Collectives, RejectsBadRequestsAtOnce) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   int32_t ints[4] = {1, 2, 3, 4};
   AllreduceRequest bad_op;
   bad_op.name = "int/op";
@@ -409,10 +411,13 @@ TEST_P(Collectives, RejectsBadRequestsAtOnce) {
   testing::ShutdownJob(rts);
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return absl::StrCat("np", info.param);
-                         });
+// Every transport: one host up to 8 ranks (5: a non-power of two above 4),
+// two and three hosts of two ranks (testing::kMaxJobSize: 4 under a
+// sanitizer).
+INSTANTIATE_TEST_SUITE_P(Transports, Collectives,
+                         ::testing::ValuesIn(testing::Setups({1, 2, 3, 5, 8},
+                                                             {4, 6})),
+                         testing::SetupName);
 
 }  // namespace
 }  // namespace kolo

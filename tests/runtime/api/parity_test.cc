@@ -15,9 +15,9 @@ namespace {
 using ::testing::HasSubstr;
 using testing::OnEachRank;
 
-class Parity : public ::testing::TestWithParam<int> {
+class Parity : public ::testing::TestWithParam<testing::Setup> {
  protected:
-  int size() const { return GetParam(); }
+  int size() const { return GetParam().size; }
 };
 
 OutputAllocator VectorAllocator(std::vector<float>* out,
@@ -33,7 +33,7 @@ OutputAllocator VectorAllocator(std::vector<float>* out,
 
 TEST_P(Parity, AlltoallWithUnevenSplits) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   OnEachRank(n, [&](int r) {
     // Rank r sends (r + k) % 3 rows of 2 floats to rank k; row values encode
     // sender, receiver and row.
@@ -86,7 +86,7 @@ TEST_P(Parity, AlltoallWithUnevenSplits) {
 
 TEST_P(Parity, ReducescatterSumAndAverageUnevenRows) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   const int64_t rows = 7, cols = 3;
   OnEachRank(n, [&](int r) {
     std::vector<float> in(rows * cols);
@@ -136,7 +136,7 @@ TEST_P(Parity, ReducescatterSumAndAverageUnevenRows) {
 
 TEST_P(Parity, GroupedAllreduceIsOneUnit) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   OnEachRank(n, [&](int r) {
     std::vector<float> a(5, r + 1.0f), b(1, 2.0f * r);
     std::vector<double> c(3, 1.0);
@@ -183,7 +183,7 @@ TEST_P(Parity, GroupedAllreduceIsOneUnit) {
 
 TEST_P(Parity, BarrierWaitsForEveryRank) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   if (n > 1) {
     auto early = rts[0]->Barrier();
     ASSERT_TRUE(early.ok());
@@ -210,8 +210,9 @@ TEST_P(Parity, BarrierWaitsForEveryRank) {
 TEST_P(Parity, JoinWithUnevenSteps) {
   const int n = size();
   for (bool over_world : {false, true}) {
-    auto rts = testing::StartJob(
-        n, [&](Options& o) { o.join_average_over_set_size = over_world; });
+    auto rts = testing::StartJob(GetParam(), [&](Options& o) {
+      o.join_average_over_set_size = over_world;
+    });
     std::vector<int> last(n, -1);
     OnEachRank(n, [&](int r) {
       // The last rank runs out of data after 5 steps, the others do 8.
@@ -256,10 +257,13 @@ TEST_P(Parity, JoinWithUnevenSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Parity, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return absl::StrCat("np", info.param);
-                         });
+// Every transport: one host up to 8 ranks (5: a non-power of two above 4),
+// two and three hosts of two ranks (testing::kMaxJobSize: 4 under a
+// sanitizer).
+INSTANTIATE_TEST_SUITE_P(Transports, Parity,
+                         ::testing::ValuesIn(testing::Setups({1, 2, 3, 5, 8},
+                                                             {4, 6})),
+                         testing::SetupName);
 
 TEST(ProcessSets, RuntimeAndStartupSets) {
   const int n = 4;

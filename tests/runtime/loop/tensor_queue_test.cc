@@ -33,7 +33,7 @@ std::unique_ptr<TensorEntry> Entry(
 std::vector<std::string> NewNames(
     TensorQueue& q, absl::Time deadline = absl::InfiniteFuture()) {
   std::vector<std::string> names;
-  q.TakeNewRequests(deadline,
+  q.TakeNewRequests(deadline, absl::ZeroDuration(),
                     [&](const wire::Request& r) { names.push_back(r.name()); });
   return names;
 }
@@ -199,14 +199,16 @@ TEST_F(QueueTest, CallersAddWhileATakeReadsItsRequests) {
   std::future<absl::Status> add_returned = added.get_future();
   std::thread caller;
   bool add_returned_during_take = false;
-  queue.TakeNewRequests(absl::InfiniteFuture(), [&](const wire::Request& r) {
-    taken.push_back(r.name());
-    if (r.name() != "a") return;
-    caller = std::thread([&] { added.set_value(queue.Add(Entry("c"))); });
-    add_returned_during_take =
-        add_returned.wait_for(std::chrono::seconds(10)) ==
-        std::future_status::ready;
-  });
+  queue.TakeNewRequests(
+      absl::InfiniteFuture(), absl::ZeroDuration(),
+      [&](const wire::Request& r) {
+        taken.push_back(r.name());
+        if (r.name() != "a") return;
+        caller = std::thread([&] { added.set_value(queue.Add(Entry("c"))); });
+        add_returned_during_take =
+            add_returned.wait_for(std::chrono::seconds(10)) ==
+            std::future_status::ready;
+      });
   caller.join();
   EXPECT_TRUE(add_returned_during_take);
   EXPECT_TRUE(add_returned.get().ok());
@@ -241,24 +243,26 @@ TEST_F(QueueTest, EntriesFailedDuringATakeLiveUntilItEnds) {
     std::future<void> failing_returned = failed.get_future();
     std::thread failer;
     bool returned_during_take = false, alive_after_failing = false;
-    q.TakeNewRequests(absl::InfiniteFuture(), [&](const wire::Request& r) {
-      if (r.name() == "a") {
-        failer = std::thread([&] {
-          if (whole_queue) {
-            q.Close(absl::UnavailableError("rank 1 lost"));
-          } else {
-            q.FailSet(1, absl::AbortedError("process set 1 was removed"));
+    q.TakeNewRequests(
+        absl::InfiniteFuture(), absl::ZeroDuration(),
+        [&](const wire::Request& r) {
+          if (r.name() == "a") {
+            failer = std::thread([&] {
+              if (whole_queue) {
+                q.Close(absl::UnavailableError("rank 1 lost"));
+              } else {
+                q.FailSet(1, absl::AbortedError("process set 1 was removed"));
+              }
+              failed.set_value();
+            });
+            // Neither waits for the take (nor for its lock).
+            returned_during_take =
+                failing_returned.wait_for(std::chrono::seconds(10)) ==
+                std::future_status::ready;
+            alive_after_failing = !b_alive.expired();
           }
-          failed.set_value();
+          taken.push_back(r.name());
         });
-        // Neither waits for the take (nor for its lock).
-        returned_during_take =
-            failing_returned.wait_for(std::chrono::seconds(10)) ==
-            std::future_status::ready;
-        alive_after_failing = !b_alive.expired();
-      }
-      taken.push_back(r.name());
-    });
     failer.join();
     EXPECT_EQ(taken, (std::vector<std::string>{"a", "b"}));
     EXPECT_TRUE(returned_during_take);
@@ -393,6 +397,42 @@ TEST_F(QueueTest, EntriesWithoutADeadlineGetTheTakesAndExpireByIt) {
   ASSERT_TRUE(queue.Add(std::move(b)).ok());
   ASSERT_EQ(NewNames(queue, now + absl::Hours(9)).size(), 1u);
   EXPECT_EQ(raw->deadline, now + absl::Hours(1));
+}
+
+// Note [Request timeouts]: a request's own timeout sets its deadline at the
+// take, and its error says which timeout ran out.
+TEST_F(QueueTest, ARequestsOwnTimeoutSetsItsDeadlineAndIsNamed) {
+  const absl::Time now = absl::Now();
+  std::vector<float> buffer(8, 1.0f);
+  std::shared_ptr<internal::WorkState> works[2];
+  TensorEntry* raw[2];
+  for (int i = 0; i < 2; ++i) {
+    auto e = Entry(i == 0 ? "own" : "job's");
+    e->input = e->output =
+        TensorView(buffer.data() + 4 * i, DataType::kFloat32, {4});
+    if (i == 0) e->request.set_timeout_us(3000000);
+    works[i] = e->work;
+    raw[i] = e.get();
+    ASSERT_TRUE(queue.Add(std::move(e)).ok());
+  }
+  queue.TakeNewRequests(now, absl::Seconds(10), [](const wire::Request&) {});
+  EXPECT_EQ(raw[0]->deadline, now + absl::Seconds(3));
+  EXPECT_EQ(raw[1]->deadline, now + absl::Seconds(10));
+  EXPECT_EQ(queue.ExpireLocal(now + absl::Seconds(3), absl::Seconds(10)),
+            now + absl::Seconds(10));
+  ASSERT_TRUE(works[0]->IsCompleted());
+  EXPECT_FALSE(works[1]->IsCompleted());
+  EXPECT_EQ(works[0]->status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(works[0]->status().message().find(
+                "\"own\": no response from the coordinator within 3 s (the "
+                "request's timeout)"),
+            std::string::npos)
+      << works[0]->status();
+  queue.ExpireLocal(now + absl::Seconds(10), absl::Seconds(10));
+  ASSERT_TRUE(works[1]->IsCompleted());
+  EXPECT_NE(works[1]->status().message().find("within 10 s (KOLO_OP_TIMEOUT)"),
+            std::string::npos)
+      << works[1]->status();
 }
 
 TEST_F(QueueTest, KeepsAtMostTheCapOfFreeEntries) {

@@ -93,6 +93,47 @@ TEST(Coordinator, ExpiryNamesMissingRanks) {
   EXPECT_FALSE(c.HasPartial());
 }
 
+wire::Request WithTimeout(wire::Request r, absl::Duration timeout) {
+  r.set_timeout_us(absl::ToInt64Microseconds(timeout));
+  return r;
+}
+
+// Note [Request timeouts]: a request's own timeout, the shortest where the
+// ranks' differ, named in the error; the others keep the job's.
+TEST(Coordinator, ARequestsOwnTimeoutExpiresItAndTheErrorSaysWhich) {
+  Coordinator c(Config(3));
+  c.AddRequests(0,
+                List({WithTimeout(Allreduce("short", {1}), absl::Seconds(5)),
+                      Allreduce("long", {1})}),
+                kT0);
+  c.AddRequests(1,
+                List({WithTimeout(Allreduce("short", {1}), absl::Seconds(2))}),
+                kT0 + absl::Milliseconds(100));
+  EXPECT_EQ(c.ShortestTimeout(absl::Seconds(10)), absl::Seconds(2));
+  EXPECT_EQ(c.NextTimeout(absl::Seconds(10)), kT0 + absl::Seconds(2));
+  c.ExpireOlderThan(absl::Seconds(10), kT0 + absl::Milliseconds(1999));
+  EXPECT_FALSE(c.HasReady());
+  c.ExpireOlderThan(absl::Seconds(10), kT0 + absl::Seconds(2));
+  auto first = Take(c);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].type(), wire::RESPONSE_ERROR);
+  EXPECT_EQ(first[0].names(0), "short");
+  EXPECT_EQ(first[0].error_code(),
+            static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+  EXPECT_THAT(first[0].error(),
+              HasSubstr("timed out after 2 s (the request's timeout) waiting "
+                        "for rank 2 to submit it (submitted by ranks 0, 1)"));
+  EXPECT_EQ(c.PendingNames(), std::vector<std::string>{"long"});
+  EXPECT_EQ(c.NextTimeout(absl::Seconds(10)), kT0 + absl::Seconds(10));
+  c.ExpireOlderThan(absl::Seconds(10), kT0 + absl::Seconds(10));
+  auto second = Take(c);
+  ASSERT_EQ(second.size(), 1u);
+  EXPECT_EQ(second[0].names(0), "long");
+  EXPECT_THAT(second[0].error(),
+              HasSubstr("timed out after 10 s (KOLO_OP_TIMEOUT)"));
+  EXPECT_FALSE(c.HasPartial());
+}
+
 TEST(Coordinator, ShutdownFailsNamesTheRankNeverSubmitted) {
   Coordinator c(Config(2));
   c.AddRequests(0, List({Allreduce("orphan", {1})}), kT0);
@@ -281,6 +322,35 @@ TEST_F(CacheHitsTest, APartlySentHitTimesOutNamingTheRankThatDidNotSendIt) {
   EXPECT_THAT(ready[0].error(),
               HasSubstr("waiting for rank 1 to submit it (submitted by "
                         "ranks 0, 2)"));
+  EXPECT_FALSE(c_.HasPartial());
+}
+
+// A hit carries its cached request's timeout: the coordinator looks at
+// partly sent hits once the shortest timeout of the set could have passed.
+TEST_F(CacheHitsTest, AHitTimesOutAfterItsCachedRequestsOwnTimeout) {
+  const wire::Request c3 = WithTimeout(Allreduce("c", {3}), absl::Seconds(3));
+  for (int r = 0; r < 3; ++r) c_.AddRequests(r, List({c3}), kT0);
+  ASSERT_EQ(Take(c_).size(), 1u);
+  const int64_t c = c_.cache().Lookup(c3);
+  ASSERT_GE(c, 0);
+  EXPECT_EQ(c_.cache().Lookup(Allreduce("c", {3})), -1);  // timeout differs
+  const absl::Time t = kT0 + absl::Seconds(100);
+  c_.AddRequests(0, Ids({c, a_}), t);
+  c_.AddRequests(2, Ids({c, a_}), t);
+  EXPECT_EQ(c_.SlowPathNames(), 0u);
+  EXPECT_EQ(c_.NextTimeout(absl::Seconds(10)), t + absl::Seconds(3));
+  c_.ExpireOlderThan(absl::Seconds(10), t + absl::Seconds(3));
+  auto ready = Take(c_);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].names(0), "c");
+  EXPECT_THAT(ready[0].error(),
+              HasSubstr("timed out after 3 s (the request's timeout) waiting "
+                        "for rank 1 to submit it"));
+  // "a" (the job's timeout) waits on.
+  EXPECT_EQ(c_.PendingNames(), std::vector<std::string>{"a"});
+  EXPECT_EQ(c_.NextTimeout(absl::Seconds(10)), t + absl::Seconds(10));
+  c_.AddRequests(1, Ids({a_}), t + absl::Seconds(4));
+  ASSERT_EQ(Take(c_).size(), 1u);
   EXPECT_FALSE(c_.HasPartial());
 }
 
