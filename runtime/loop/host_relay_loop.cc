@@ -42,51 +42,25 @@ bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
 bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
                                      absl::Time now) {
   ++counters_.host_messages_received;
-  // A leader speaks for exactly the ranks of its host.
-  const int size = options_.size;
-  auto on_host = [&](int r) {
-    return r >= 0 && r < size && !host_leader_of_.empty() &&
-           host_leader_of_[r] == from;
-  };
-  auto expected = host_size_of_leader_.find(from);
-  bool ok = on_host(from) && expected != host_size_of_leader_.end() &&
-            message.ranks_size() == expected->second &&
-            message.ranks(0) == from;
-  std::vector<int> ranks;
-  for (int r : message.ranks()) {
-    ok = ok && on_host(r) && (ranks.empty() || r > ranks.back());
-    ranks.push_back(r);
-  }
-  for (const wire::RelayedList& l : message.lists())
-    ok = ok && on_host(l.rank());
-  for (const wire::RankAck& a : message.acks()) ok = ok && on_host(a.rank());
-  if (!ok) {
-    Fatal(absl::InternalError(
-        absl::StrCat("rank ", from,
-                     " relayed requests for ranks that are not on its host")));
-    return false;
-  }
   std::shared_ptr<ProcessSetState> global;
   {
     MutexLock lock(&sets_mu_);
     global = sets_.at(kGlobalProcessSet);
   }
-  for (const wire::RequestList& hits : message.host_hits()) {
-    global->coordinator->AddHostHits(ranks, hits, now);
+  if (!host_messages_) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", from, " relayed requests, but this job has no host leaders")));
+    return false;
   }
-  for (wire::RelayedList& l : *message.mutable_lists()) {
-    if (!AcceptRequestList(l.rank(), std::move(*l.mutable_list()), now)) {
-      return false;
-    }
-  }
-  if (message.acks_size() > 0) {
-    relay_acks_.clear();
-    for (const wire::RankAck& a : message.acks()) {
-      relay_acks_.emplace_back(a.rank(), a.acked_seq());
-    }
-    global->coordinator->AddAcks(relay_acks_);
-  }
-  return true;
+  const absl::Status accepted = host_messages_->Accept(
+      from, message, *global->coordinator,
+      [&](int rank, wire::RequestList list) {
+        return AcceptRequestList(rank, std::move(list), now);
+      },
+      now);
+  // (A refused list failed the job already.)
+  if (!accepted.ok() && !absl::IsAborted(accepted)) Fatal(accepted);
+  return accepted.ok();
 }
 
 void RuntimeImpl::FlushRelay(absl::Time now, absl::Time* next_wakeup) {

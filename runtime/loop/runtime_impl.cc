@@ -302,12 +302,11 @@ absl::Status RuntimeImpl::Start() {
       if (options_.rank == 0) {
         // Which ranks a leader may speak for (every host's leader may relay).
         std::map<std::string, int> leader;
-        host_leader_of_.resize(options_.size);
+        std::vector<int> leader_of(options_.size);
         for (int r = 0; r < options_.size; ++r) {
-          const int l = leader.emplace((*hosts)[r], r).first->second;
-          host_leader_of_[r] = l;
-          ++host_size_of_leader_[l];
+          leader_of[r] = leader.emplace((*hosts)[r], r).first->second;
         }
+        host_messages_ = std::make_unique<HostMessages>(std::move(leader_of));
       }
     } else {
       absl::Status shm = control_->EnableSharedMemory(

@@ -288,13 +288,10 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
 
   // Note [Host relay]: the lists this rank holds as its host's leader
   // (null unless it leads a relaying host; rank 0 takes its host's lists
-  // as the coordinator). Rank 0:
-  // each rank's host leader, and each leader's number of ranks (to check
-  // the leaders' messages). Background thread only.
+  // as the coordinator). Rank 0: what the leaders' messages do (null
+  // unless hosts relay). Background thread only.
   std::unique_ptr<HostBatch> relay_;
-  std::vector<int> host_leader_of_;
-  absl::flat_hash_map<int, int> host_size_of_leader_;
-  std::vector<std::pair<int, int64_t>> relay_acks_;  // (storage)
+  std::unique_ptr<HostMessages> host_messages_;
 
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},

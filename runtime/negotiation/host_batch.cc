@@ -172,20 +172,54 @@ void HostBatch::ForgetRounds(const std::function<bool(int64_t)>& gone) {
   }
 }
 
-void AddHostRequests(Coordinator& coordinator, wire::HostRequests& message,
-                     absl::Time now) {
-  const std::vector<int> ranks(message.ranks().begin(), message.ranks().end());
+HostMessages::HostMessages(std::vector<int> leader_of)
+    : leader_of_(std::move(leader_of)), host_size_(leader_of_.size(), 0) {
+  for (int l : leader_of_) {
+    if (l >= 0 && l < static_cast<int>(host_size_.size())) ++host_size_[l];
+  }
+}
+
+absl::Status HostMessages::Accept(
+    int leader, wire::HostRequests& message, Coordinator& global,
+    const std::function<bool(int rank, wire::RequestList list)>& add_list,
+    absl::Time now) {
+  // A leader speaks for exactly the ranks of its host.
+  bool ok = OnHost(leader, leader) && message.ranks_size() > 0 &&
+            message.ranks_size() == host_size_[leader] &&
+            message.ranks(0) == leader;
+  ranks_.clear();
+  for (int r : message.ranks()) {
+    ok = ok && OnHost(leader, r) && (ranks_.empty() || r > ranks_.back());
+    ranks_.push_back(r);
+  }
+  for (const wire::RelayedList& l : message.lists()) {
+    ok = ok && OnHost(leader, l.rank());
+  }
+  for (const wire::RankAck& a : message.acks()) {
+    ok = ok && OnHost(leader, a.rank());
+  }
+  if (!ok) {
+    return absl::InternalError(
+        absl::StrCat("rank ", leader,
+                     " relayed requests for ranks that are not on its host"));
+  }
   for (const wire::RequestList& hits : message.host_hits()) {
-    coordinator.AddHostHits(ranks, hits, now);
+    global.AddHostHits(ranks_, hits, now);
   }
   for (wire::RelayedList& l : *message.mutable_lists()) {
-    coordinator.AddRequests(l.rank(), std::move(*l.mutable_list()), now);
+    if (!add_list(l.rank(), std::move(*l.mutable_list()))) {
+      return absl::AbortedError(
+          absl::StrCat("a list relayed by rank ", leader, " was refused"));
+    }
   }
-  std::vector<std::pair<int, int64_t>> acks;
-  for (const wire::RankAck& a : message.acks()) {
-    acks.emplace_back(a.rank(), a.acked_seq());
+  if (message.acks_size() > 0) {
+    acks_.clear();
+    for (const wire::RankAck& a : message.acks()) {
+      acks_.emplace_back(a.rank(), a.acked_seq());
+    }
+    global.AddAcks(acks_);
   }
-  if (!acks.empty()) coordinator.AddAcks(acks);
+  return absl::OkStatus();
 }
 
 }  // namespace kolo

@@ -98,12 +98,39 @@ class HostBatch {
   std::vector<int64_t> keep_, group_;                  // Take's (storage)
 };
 
-// What the coordinator does with a leader's message when every list in it
-// is of `coordinator`'s set (tests, benchmarks; the runtime's version,
-// RuntimeImpl::AcceptHostRequests, also checks the ranks and finds each
-// list's set): the host's hits, then the lists in order, then the acks.
-void AddHostRequests(Coordinator& coordinator, wire::HostRequests& message,
-                     absl::Time now);
+// HostMessages: rank 0's side of the relay, what a leader's message does
+// to the coordinators (RuntimeImpl::AcceptHostRequests; the tests, the
+// negotiation fuzzer and benchmark drive it too). Thread: rank 0's
+// background thread.
+class HostMessages {
+ public:
+  // leader_of[r]: the leader of rank r's host, for every rank of the job.
+  explicit HostMessages(std::vector<int> leader_of);
+
+  // Leader `leader`'s message: checks that it speaks for exactly the ranks
+  // of the leader's host (ranks ascending, the leader first, each list's
+  // and ack's rank one of them), then adds the host's hits to `global`
+  // (the global set's coordinator), hands each relayed list in order to
+  // `add_list` (which finds the list's process set; false: it failed the
+  // job, and nothing more is added), then adds the acks to `global`.
+  // InternalError naming the leader if a rank is not on its host (nothing
+  // is added); Aborted if `add_list` refused a list.
+  absl::Status Accept(
+      int leader, wire::HostRequests& message, Coordinator& global,
+      const std::function<bool(int rank, wire::RequestList list)>& add_list,
+      absl::Time now);
+
+ private:
+  bool OnHost(int leader, int rank) const {
+    return rank >= 0 && rank < static_cast<int>(leader_of_.size()) &&
+           leader_of_[rank] == leader;
+  }
+
+  std::vector<int> leader_of_;
+  std::vector<int> host_size_;                 // by leader: its host's ranks
+  std::vector<int> ranks_;                     // Accept's (storage)
+  std::vector<std::pair<int, int64_t>> acks_;  // Accept's (storage)
+};
 
 }  // namespace kolo
 

@@ -115,9 +115,10 @@ Coordinator::Config Config(bool bits) {
 
 // The relayed program's lists of ranks 1 and 2 go through their leader.
 struct Relayed {
-  Relayed() : coordinator(Config(true)), host({1, 2}) {}
+  Relayed() : coordinator(Config(true)), host({1, 2}), messages({0, 1, 1}) {}
   Coordinator coordinator;
   kolo::HostBatch host;
+  kolo::HostMessages messages;  // rank 0's production path
   Rank ranks[kRanks];
 
   void Send(int r, const wire::RequestList& list, absl::Time now) {
@@ -136,7 +137,14 @@ struct Relayed {
     wire::HostRequests message;
     int64_t n = 0;
     host.Take(&message, &n);
-    kolo::AddHostRequests(coordinator, message, now);
+    const absl::Status accepted = messages.Accept(
+        1, message, coordinator,
+        [&](int r, wire::RequestList l) {
+          coordinator.AddRequests(r, std::move(l), now);
+          return true;
+        },
+        now);
+    if (!accepted.ok()) __builtin_trap();  // the leader's own message
   }
 };
 

@@ -25,8 +25,8 @@ AllreduceRequest Sum(const std::string& name, std::vector<float>& data,
                      absl::Duration timeout = absl::ZeroDuration()) {
   AllreduceRequest req;
   req.name = name;
-  req.input = req.output = TensorView(
-      data.data(), DataType::kFloat32, {static_cast<int64_t>(data.size())});
+  req.input = req.output = TensorView(data.data(), DataType::kFloat32,
+                                      {static_cast<int64_t>(data.size())});
   req.timeout = timeout;
   return req;
 }
@@ -116,8 +116,9 @@ TEST(RequestTimeouts, ANegativeTimeoutIsRefusedAtOnceNamingTheTensor) {
   b.timeout = absl::Milliseconds(-5);
   EXPECT_THAT(std::string(rts[0]->Broadcast(b).status().message()),
               HasSubstr("broadcast \"weights\": timeout -5 ms is negative"));
-  EXPECT_EQ(rts[0]->Barrier(kGlobalProcessSet, absl::Seconds(-1)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      rts[0]->Barrier(kGlobalProcessSet, absl::Seconds(-1)).status().code(),
+      absl::StatusCode::kInvalidArgument);
   // Nothing was lost: the job goes on, and the next barrier is the first.
   auto barrier = rts[0]->Barrier(kGlobalProcessSet, absl::Seconds(5));
   ASSERT_TRUE(barrier.ok());

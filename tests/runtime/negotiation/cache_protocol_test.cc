@@ -124,7 +124,16 @@ class CacheProtocolTest : public ::testing::TestWithParam<bool> {
     int64_t n = 0;
     host_.Take(&message, &n);
     host_hits_ += n;
-    AddHostRequests(coordinator_, message, now_);
+    // Rank 0's production path; ranks 1 and 2 are the host of leader 1.
+    ASSERT_TRUE(messages_
+                    .Accept(
+                        1, message, coordinator_,
+                        [&](int r, wire::RequestList l) {
+                          coordinator_.AddRequests(r, std::move(l), now_);
+                          return true;
+                        },
+                        now_)
+                    .ok());
   }
 
   static Coordinator::Config MakeConfig() {
@@ -158,6 +167,7 @@ class CacheProtocolTest : public ::testing::TestWithParam<bool> {
 
   Coordinator coordinator_;
   HostBatch host_;
+  HostMessages messages_{{0, 1, 1}};  // rank 0 alone; ranks 1, 2: leader 1
   int64_t host_hits_ = 0;
   std::vector<Rank> ranks_;
   absl::Time now_ = absl::FromUnixSeconds(1000);

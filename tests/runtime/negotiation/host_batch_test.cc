@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/negotiation/coordinator.h"
 #include "runtime/negotiation/response_cache.h"
 
 namespace kolo {
@@ -189,6 +190,62 @@ TEST(HostBatch, ARankSendingAnIdAgainStartsANewRound) {
   EXPECT_EQ(b.rounds(), 2u);
   b.ForgetRounds([](int64_t id) { return id == 20; });
   EXPECT_EQ(b.rounds(), 1u);
+}
+
+// Rank 0's side (HostMessages): a leader speaks for exactly the ranks of
+// its host; its lists reach the coordinator in order, through the
+// runtime's routing; a message naming another host's rank adds nothing.
+TEST(HostMessages, ALeaderSpeaksForItsHostOnly) {
+  Coordinator::Config config;
+  config.global_ranks = {0, 1, 2};
+  Coordinator coordinator(config);
+  HostMessages messages({0, 1, 1});  // rank 0 alone; ranks 1, 2: leader 1
+  std::vector<int> routed;
+  auto add_list = [&](int rank, wire::RequestList list) {
+    routed.push_back(rank);
+    coordinator.AddRequests(rank, std::move(list), kT0);
+    return true;
+  };
+  HostBatch b({1, 2});
+  wire::RequestList a;
+  wire::Request* r = a.add_requests();
+  r->set_name("a");
+  r->set_type(wire::ALLREDUCE);
+  r->add_shape(4);
+  r->set_prescale(1);
+  r->set_postscale(1);
+  b.Add(1, a, kT0);
+  b.Add(2, a, kT0);
+  wire::HostRequests message = Take(b);
+
+  wire::HostRequests stranger = message;  // rank 0 is not on 1's host
+  stranger.mutable_lists(0)->set_rank(0);
+  absl::Status s = messages.Accept(1, stranger, coordinator, add_list, kT0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("rank 1 relayed requests for ranks that "
+                                   "are not on its host"));
+  wire::HostRequests not_a_leader = message;
+  EXPECT_EQ(messages.Accept(2, not_a_leader, coordinator, add_list, kT0).code(),
+            absl::StatusCode::kInternal);
+  EXPECT_THAT(routed, IsEmpty());
+  EXPECT_FALSE(coordinator.HasPartial());
+
+  ASSERT_TRUE(messages.Accept(1, message, coordinator, add_list, kT0).ok());
+  EXPECT_THAT(routed, ElementsAre(1, 2));
+  EXPECT_FALSE(coordinator.HasReady());  // rank 0's request is missing
+  coordinator.AddRequests(0, a, kT0);
+  EXPECT_TRUE(coordinator.HasReady());
+
+  // A list the runtime refuses (it failed the job) stops the message.
+  b.Add(1, a, kT0);
+  wire::HostRequests refused = Take(b);
+  EXPECT_EQ(messages
+                .Accept(
+                    1, refused, coordinator,
+                    [](int, wire::RequestList) { return false; }, kT0)
+                .code(),
+            absl::StatusCode::kAborted);
 }
 
 }  // namespace
