@@ -373,6 +373,7 @@ std::shared_ptr<PendingOp> Context::AllreduceOp(
   request->prescale = options.prescale();
   request->postscale = options.postscale();
   request->process_set = options.process_set();
+  request->timeout = absl::FromChrono(options.timeout());
   return op;
 }
 
@@ -456,6 +457,7 @@ Handle Context::GroupedAllreduce(const std::vector<at::Tensor>& tensors,
     request.prescale = options.prescale();
     request.postscale = options.postscale();
     request.process_set = options.process_set();
+    request.timeout = absl::FromChrono(options.timeout());
   }
   return Track(std::move(op),
                [&] { return runtime_->GroupedAllreduce(requests); });
@@ -497,6 +499,7 @@ Handle Context::allgather_async(const at::Tensor& tensor,
   request.input = ViewOf(in, op_name, op->name);
   request.allocator = AllocatorFor(op, in.options());
   request.process_set = options.process_set();
+  request.timeout = absl::FromChrono(options.timeout());
   return Track(std::move(op), [&] { return runtime_->Allgather(request); });
 }
 
@@ -525,6 +528,7 @@ Handle Context::Broadcast(const at::Tensor& tensor,
   request.tensor = ViewOf(buffer, op_name, op->name);
   request.root = options.root();
   request.process_set = options.process_set();
+  request.timeout = absl::FromChrono(options.timeout());
   return Track(std::move(op), [&] { return runtime_->Broadcast(request); });
 }
 
@@ -578,6 +582,7 @@ Handle Context::alltoall_async(const at::Tensor& tensor,
   request.splits = options.splits();
   request.allocator = AllocatorFor(op, in.options());
   request.process_set = options.process_set();
+  request.timeout = absl::FromChrono(options.timeout());
   return Track(std::move(op), [&] { return runtime_->Alltoall(request); });
 }
 
@@ -619,6 +624,7 @@ Handle Context::reducescatter_async(const at::Tensor& tensor,
   request.prescale = options.prescale();
   request.postscale = options.postscale();
   request.process_set = options.process_set();
+  request.timeout = absl::FromChrono(options.timeout());
   return Track(std::move(op), [&] { return runtime_->Reducescatter(request); });
 }
 
@@ -627,8 +633,9 @@ at::Tensor Context::reducescatter(const at::Tensor& tensor,
   return reducescatter_async(tensor, options).wait();
 }
 
-void Context::barrier(int process_set) {
-  absl::StatusOr<kolo::Work> work = runtime_->Barrier(process_set);
+void Context::barrier(int process_set, std::chrono::milliseconds timeout) {
+  absl::StatusOr<kolo::Work> work =
+      runtime_->Barrier(process_set, absl::FromChrono(timeout));
   if (!work.ok()) throw Error(work.status());
   absl::Status status = work->Wait();
   if (!status.ok()) throw Error(status);

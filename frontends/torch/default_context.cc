@@ -142,7 +142,9 @@ Handle reducescatter_async(const at::Tensor& t, const ReducescatterOptions& o) {
 at::Tensor reducescatter(const at::Tensor& t, const ReducescatterOptions& o) {
   return default_context()->reducescatter(t, o);
 }
-void barrier(int process_set) { default_context()->barrier(process_set); }
+void barrier(int process_set, std::chrono::milliseconds timeout) {
+  default_context()->barrier(process_set, timeout);
+}
 int join() { return default_context()->join(); }
 int add_process_set(const std::vector<int>& ranks) {
   return default_context()->add_process_set(ranks);

@@ -494,6 +494,32 @@ TEST(TorchErrors, MismatchAcrossRanksThrowsOnEveryRank) {
   ShutdownContexts(ctx);
 }
 
+// An option's timeout reaches the runtime: a collective one rank never
+// submits fails after it (not the job's op timeout), naming the rank.
+TEST(TorchErrors, AnOptionsTimeoutEndsTheWaitForAMissingRank) {
+  Contexts ctx = StartContexts(
+      2, [](kolo::Options& o) { o.op_timeout = absl::Seconds(120); });
+  try {
+    ctx[0]->allreduce(at::ones({3}), AllreduceOptions().name("late").timeout(
+                                         std::chrono::milliseconds(300)));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(e.what(),
+                HasSubstr("allreduce \"late\": timed out after 300 ms (the "
+                          "request's timeout) waiting for rank 1"));
+  }
+  try {
+    ctx[1]->broadcast(at::ones({3}), BroadcastOptions().name("b").timeout(
+                                         std::chrono::milliseconds(-1)));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(e.what(), HasSubstr("timeout -1 ms is negative"));
+  }
+  ShutdownContexts(ctx);
+}
+
 TEST(TorchErrors, UnsupportedTensorsAreRejectedBeforeSubmit) {
   Contexts ctx = StartContexts(1);
   auto message = [&](const std::function<void()>& f) -> std::string {

@@ -48,6 +48,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -94,6 +95,10 @@ struct AllreduceOptions {
   TORCH_ARG(double, prescale) = 1.0;
   TORCH_ARG(double, postscale) = 1.0;
   TORCH_ARG(int, process_set) = kGlobalProcessSet;
+  // How long the collective waits for the other ranks of the set to submit
+  // it before it fails naming them; 0: the job's op timeout
+  // (KOLO_OP_TIMEOUT). As kolo::AllreduceRequest::timeout.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
 // The tensors of a grouped allreduce are negotiated as one unit (all or
@@ -107,17 +112,23 @@ struct GroupedAllreduceOptions {
   TORCH_ARG(double, prescale) = 1.0;
   TORCH_ARG(double, postscale) = 1.0;
   TORCH_ARG(int, process_set) = kGlobalProcessSet;
+  // As AllreduceOptions::timeout.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
 struct AllgatherOptions {
   TORCH_ARG(std::string, name);
   TORCH_ARG(int, process_set) = kGlobalProcessSet;
+  // As AllreduceOptions::timeout.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
 struct BroadcastOptions {
   TORCH_ARG(std::string, name);
   TORCH_ARG(int, root) = 0;
   TORCH_ARG(int, process_set) = kGlobalProcessSet;
+  // As AllreduceOptions::timeout.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
 struct AlltoallOptions {
@@ -126,6 +137,8 @@ struct AlltoallOptions {
   // dimension split equally (it must then be divisible by the set size).
   TORCH_ARG(std::vector<int64_t>, splits);
   TORCH_ARG(int, process_set) = kGlobalProcessSet;
+  // As AllreduceOptions::timeout.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
 struct ReducescatterOptions {
@@ -134,6 +147,8 @@ struct ReducescatterOptions {
   TORCH_ARG(double, prescale) = 1.0;
   TORCH_ARG(double, postscale) = 1.0;
   TORCH_ARG(int, process_set) = kGlobalProcessSet;
+  // As AllreduceOptions::timeout.
+  TORCH_ARG(std::chrono::milliseconds, timeout) = std::chrono::milliseconds(0);
 };
 
 namespace detail {
@@ -259,8 +274,11 @@ class Context {
   at::Tensor reducescatter(const at::Tensor& tensor,
                            const ReducescatterOptions& options = {});
 
-  // Blocks until every rank of the set has called barrier().
-  void barrier(int process_set = kGlobalProcessSet);
+  // Blocks until every rank of the set has called barrier(); `timeout` as
+  // AllreduceOptions::timeout.
+  void barrier(
+      int process_set = kGlobalProcessSet,
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
   // This rank has no more data (see kolo::Runtime::Join): until every rank
   // has joined it contributes zeros to the others' sum/average allreduces.
@@ -387,7 +405,8 @@ Handle reducescatter_async(const at::Tensor& tensor,
                            const ReducescatterOptions& options = {});
 at::Tensor reducescatter(const at::Tensor& tensor,
                          const ReducescatterOptions& options = {});
-void barrier(int process_set = kGlobalProcessSet);
+void barrier(int process_set = kGlobalProcessSet,
+             std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 int join();
 int add_process_set(const std::vector<int>& ranks);
 std::vector<int> process_set_ranks(int process_set);
