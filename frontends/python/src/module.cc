@@ -397,11 +397,17 @@ PYBIND11_MODULE(_C, m) {
   py::class_<ProcessGroupKolo, KoloBackendBase,
              c10::intrusive_ptr<ProcessGroupKolo>>(m, "ProcessGroupKolo")
       .def(py::init([](int process_set, int rank, int size,
-                       const std::string& group) {
+                       const std::string& group, int64_t timeout_ms) {
+             if (timeout_ms < 0) {
+               throw py::value_error(absl::StrCat(
+                   "the kolo backend's timeout must not be negative, got ",
+                   timeout_ms, " ms"));
+             }
              return c10::make_intrusive<ProcessGroupKolo>(
-                 default_context(), process_set, rank, size, group);
+                 default_context(), process_set, rank, size, group,
+                 std::chrono::milliseconds(timeout_ms));
            }),
            py::arg("process_set"), py::arg("rank"), py::arg("size"),
-           py::arg("group"))
+           py::arg("group"), py::arg("timeout_ms") = 0)
       .def_property_readonly("process_set", &ProcessGroupKolo::process_set);
 }

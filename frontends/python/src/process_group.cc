@@ -295,11 +295,13 @@ void Completer::Run() {
 
 ProcessGroupKolo::ProcessGroupKolo(std::shared_ptr<Context> context,
                                    int process_set, int rank, int size,
-                                   std::string group)
+                                   std::string group,
+                                   std::chrono::milliseconds timeout)
     : KoloBackendBase(rank, size),
       context_(std::move(context)),
       set_(process_set),
       group_(std::move(group)),
+      timeout_(timeout),
       completer_(std::make_shared<Completer>()) {
   if (!context_) Refuse("no kolo context");
 }
@@ -335,7 +337,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
   }
   const std::string name = NextName();
   Handle h = context_->broadcast_async_(
-      t, BroadcastOptions().name(name).root(root).process_set(set_));
+      t, BroadcastOptions().name(name).root(root).process_set(set_).timeout(
+             Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::BROADCAST, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};
@@ -348,7 +351,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce(
   const kolo::ReduceOp op = ToKolo(opts.reduceOp, "allreduce");
   const std::string name = NextName();
   Handle h = context_->allreduce_async_(
-      t, AllreduceOptions().name(name).op(op).process_set(set_));
+      t, AllreduceOptions().name(name).op(op).process_set(set_).timeout(
+             Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::ALLREDUCE, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};
@@ -363,7 +367,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce_coalesced(
   const std::string name = NextName();
   // One negotiation and one fused collective for the whole list.
   Handle h = context_->grouped_allreduce_async_(
-      tensors, GroupedAllreduceOptions().name(name).op(op).process_set(set_));
+      tensors,
+      GroupedAllreduceOptions().name(name).op(op).process_set(set_).timeout(
+          Timeout(opts.timeout)));
   std::vector<at::Tensor> outputs = tensors;
   return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, name, {h}, [h, outputs] {
     h.wait_all();
@@ -384,7 +390,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce(
   const bool root = opts.rootRank == getRank();
   const std::string name = NextName();
   AllreduceOptions options =
-      AllreduceOptions().name(name).op(op).process_set(set_);
+      AllreduceOptions().name(name).op(op).process_set(set_).timeout(
+          Timeout(opts.timeout));
   Handle h = root ? context_->allreduce_async_(t, options)
                   : context_->allreduce_async(t, options);
   return Enqueue(c10d::OpType::REDUCE, name, {h}, [h, t] {
@@ -395,13 +402,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather(
     std::vector<std::vector<at::Tensor>>& outputs,
-    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   at::Tensor in = One(inputs, "allgather");
   std::vector<at::Tensor> out = OneList(outputs, "allgather");
   CheckCount(out, getSize(), "allgather", "the output list");
   const std::string name = NextName();
   Handle h = context_->allgather_async(
-      AsRow(in), AllgatherOptions().name(name).process_set(set_));
+      AsRow(in), AllgatherOptions().name(name).process_set(set_).timeout(
+                     Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::ALLGATHER, name, {h}, [h, out]() mutable {
     at::Tensor rows = h.wait();
     for (size_t r = 0; r < out.size(); ++r) {
@@ -412,14 +420,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_allgather_base(
-    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   if (output.numel() != input.numel() * getSize()) {
     Refuse(absl::StrCat("_allgather_base: the output holds ", output.numel(),
                         " elements, not ", getSize(), " x ", input.numel()));
   }
   const std::string name = NextName();
   Handle h = context_->allgather_async(
-      AsRow(input), AllgatherOptions().name(name).process_set(set_));
+      AsRow(input), AllgatherOptions().name(name).process_set(set_).timeout(
+                        Timeout(opts.timeout)));
   at::Tensor out = output;
   return Enqueue(c10d::OpType::_ALLGATHER_BASE, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "_allgather_base");
@@ -429,7 +438,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_allgather_base(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs,
-    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+    std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
   if (outputs.size() != inputs.size()) {
     Refuse(absl::StrCat("allgather_coalesced: ", outputs.size(),
                         " output lists for ", inputs.size(), " inputs"));
@@ -441,8 +450,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_coalesced(
   std::vector<Handle> handles;
   for (size_t i = 0; i < inputs.size(); ++i) {
     handles.push_back(context_->allgather_async(
-        AsRow(inputs[i]),
-        AllgatherOptions().name(absl::StrCat(name, ".", i)).process_set(set_)));
+        AsRow(inputs[i]), AllgatherOptions()
+                              .name(absl::StrCat(name, ".", i))
+                              .process_set(set_)
+                              .timeout(Timeout(opts.timeout))));
   }
   std::vector<std::vector<at::Tensor>> out = outputs;
   return Enqueue(c10d::OpType::ALLGATHER_COALESCED, name, handles,
@@ -478,7 +489,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::gather(
   }
   const std::string name = NextName();
   Handle h = context_->allgather_async(
-      AsRow(in), AllgatherOptions().name(name).process_set(set_));
+      AsRow(in), AllgatherOptions().name(name).process_set(set_).timeout(
+                     Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::GATHER, name, {h}, [h, out]() mutable {
     at::Tensor rows = h.wait();
     for (size_t r = 0; r < out.size(); ++r) CopyInto(out[r], rows[r], "gather");
@@ -521,7 +533,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::scatter(
   }
   const std::string name = NextName();
   Handle h = context_->alltoall_async(
-      send, AlltoallOptions().name(name).splits(splits).process_set(set_));
+      send,
+      AlltoallOptions().name(name).splits(splits).process_set(set_).timeout(
+          Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::SCATTER, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "scatter");
     return std::vector<at::Tensor>{out};
@@ -548,7 +562,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter(
   // One row per rank: rank r's share is row r of the reduction.
   Handle h = context_->reducescatter_async(
       at::cat(rows),
-      ReducescatterOptions().name(name).op(op).process_set(set_));
+      ReducescatterOptions().name(name).op(op).process_set(set_).timeout(
+          Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::REDUCE_SCATTER, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "reduce_scatter");
     return std::vector<at::Tensor>{out};
@@ -566,7 +581,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
   const std::string name = NextName();
   Handle h = context_->reducescatter_async(
       input.reshape({getSize(), output.numel()}),
-      ReducescatterOptions().name(name).op(op).process_set(set_));
+      ReducescatterOptions().name(name).op(op).process_set(set_).timeout(
+          Timeout(opts.timeout)));
   at::Tensor out = output;
   return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, {h},
                  [h, out]() mutable {
@@ -591,7 +607,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::EnqueueCoalesced(
 c10::intrusive_ptr<c10d::Work>
 ProcessGroupKolo::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+    const c10d::AllgatherOptions& opts) {
   const char* what = "allgather_into_tensor_coalesced";
   CheckCount(outputs, static_cast<int>(inputs.size()), what, "the outputs");
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -605,8 +621,10 @@ ProcessGroupKolo::allgather_into_tensor_coalesced(
   std::vector<Handle> handles;
   for (size_t i = 0; i < inputs.size(); ++i) {
     handles.push_back(context_->allgather_async(
-        AsRow(inputs[i]),
-        AllgatherOptions().name(absl::StrCat(name, ".", i)).process_set(set_)));
+        AsRow(inputs[i]), AllgatherOptions()
+                              .name(absl::StrCat(name, ".", i))
+                              .process_set(set_)
+                              .timeout(Timeout(opts.timeout))));
   }
   return EnqueueCoalesced(name, std::move(handles), outputs, what);
 }
@@ -633,7 +651,8 @@ ProcessGroupKolo::reduce_scatter_tensor_coalesced(
         ReducescatterOptions()
             .name(absl::StrCat(name, ".", i))
             .op(op)
-            .process_set(set_)));
+            .process_set(set_)
+            .timeout(Timeout(opts.timeout))));
   }
   return EnqueueCoalesced(name, std::move(handles), outputs, what);
 }
@@ -641,7 +660,7 @@ ProcessGroupKolo::reduce_scatter_tensor_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions&) {
+    std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
   const int size = getSize();
   if (input.dim() == 0 || output.dim() == 0) {
     Refuse(
@@ -668,7 +687,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
   }
   const std::string name = NextName();
   Handle h = context_->alltoall_async(
-      input, AlltoallOptions().name(name).splits(splits).process_set(set_));
+      input,
+      AlltoallOptions().name(name).splits(splits).process_set(set_).timeout(
+          Timeout(opts.timeout)));
   at::Tensor out = output;
   return Enqueue(
       c10d::OpType::ALLTOALL_BASE, name, {h}, [h, out, want, name]() mutable {
@@ -689,7 +710,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall_base(
 // flattened, so that the tensors may have any shapes.
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllToAllOptions&) {
+    const c10d::AllToAllOptions& opts) {
   CheckCount(inputs, getSize(), "alltoall", "the input list");
   CheckCount(outputs, getSize(), "alltoall", "the output list");
   std::vector<at::Tensor> flat;
@@ -706,7 +727,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall(
   const std::string name = NextName();
   Handle h = context_->alltoall_async(
       at::cat(flat),
-      AlltoallOptions().name(name).splits(splits).process_set(set_));
+      AlltoallOptions().name(name).splits(splits).process_set(set_).timeout(
+          Timeout(opts.timeout)));
   std::vector<at::Tensor> out = outputs;
   return Enqueue(
       c10d::OpType::ALLTOALL, name, {h}, [h, out, want, name]() mutable {
@@ -728,15 +750,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::alltoall(
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::barrier(
-    const c10d::BarrierOptions&) {
+    const c10d::BarrierOptions& opts) {
   const std::string name = NextName();
   // A barrier is a named collective like the others: a zero-element
   // allreduce, so that a rank that reached a different collective at this
   // position is named.
   at::Tensor token = at::zeros({0}, at::kByte);
-  Handle h = context_->allreduce_async_(
-      token,
-      AllreduceOptions().name(name).op(kolo::ReduceOp::kSum).process_set(set_));
+  Handle h =
+      context_->allreduce_async_(token, AllreduceOptions()
+                                            .name(name)
+                                            .op(kolo::ReduceOp::kSum)
+                                            .process_set(set_)
+                                            .timeout(Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::BARRIER, name, {h}, [h] {
     h.wait();
     return std::vector<at::Tensor>{};

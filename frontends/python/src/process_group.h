@@ -48,6 +48,7 @@
 #include <torch/version.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -137,9 +138,14 @@ class ProcessGroupKolo : public KoloBackendBase {
  public:
   // `process_set`: the kolo process set of this group (0: the whole job);
   // `rank`, `size`: this rank's place in it. `group`: the group's name in
-  // collective names (Note [Collectives named by sequence]).
+  // collective names (Note [Collectives named by sequence]). `timeout`:
+  // the group's (init_process_group's or new_group's timeout), for every
+  // collective whose options leave theirs unset, as ProcessGroupGloo
+  // does; 0: kolo's op timeout (KOLO_OP_TIMEOUT). Either becomes the kolo
+  // request's timeout (docs/guide.md, "Timeouts").
   ProcessGroupKolo(std::shared_ptr<Context> context, int process_set, int rank,
-                   int size, std::string group);
+                   int size, std::string group,
+                   std::chrono::milliseconds timeout);
   ~ProcessGroupKolo() override;
 
   const std::string getBackendName() const override { return "kolo"; }
@@ -233,9 +239,15 @@ class ProcessGroupKolo : public KoloBackendBase {
       std::vector<at::Tensor> outputs, const char* what);
 #endif
 
+  // An op's timeout: its options' own, else the group's.
+  std::chrono::milliseconds Timeout(std::chrono::milliseconds own) const {
+    return own == c10d::kUnsetTimeout ? timeout_ : own;
+  }
+
   const std::shared_ptr<Context> context_;
   const int set_;
   const std::string group_;
+  const std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> next_{0};
 
   const std::shared_ptr<Completer> completer_;

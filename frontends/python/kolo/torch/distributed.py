@@ -41,6 +41,16 @@ def _fill_environment():
             os.environ[torch_name] = os.environ[kolo_name]
 
 
+def _timeout_ms(backend_options):
+    """The group's timeout for kolo's requests: the one given to
+    init_process_group or new_group, or 0 (KOLO_OP_TIMEOUT) where torch
+    passed its default."""
+    timeout = getattr(backend_options, "timeout", None)
+    if timeout is None or timeout == dist.constants.default_pg_timeout:
+        return 0
+    return max(1, int(timeout.total_seconds() * 1000))
+
+
 def _create_process_group(backend_options, pg_options):
     """torch.distributed's creator of a "kolo" group (extended API): called
     on the group's member ranks only."""
@@ -48,6 +58,7 @@ def _create_process_group(backend_options, pg_options):
         raise ValueError("the kolo backend takes no pg_options")
     if not mpi_ops.is_initialized():
         mpi_ops.init()
+    timeout_ms = _timeout_ms(backend_options)
     members = sorted(int(r) for r in backend_options.global_ranks_in_group)
     rank, size = backend_options.group_rank, backend_options.group_size
     if not members:  # the default group: torch's world is kolo's job
@@ -57,7 +68,7 @@ def _create_process_group(backend_options, pg_options):
                 "kolo joined (rank %d of %d): start every process with the "
                 "same launcher (RANK/WORLD_SIZE and KOLO_RANK/KOLO_SIZE "
                 "disagree)" % (rank, size, _C.rank(), _C.size()))
-        return _C.ProcessGroupKolo(0, rank, size, "world")
+        return _C.ProcessGroupKolo(0, rank, size, "world", timeout_ms)
     if members[rank] != _C.rank() or len(members) != size:
         raise RuntimeError(
             "torch.distributed's group %r (ranks %s) does not hold kolo's "
@@ -67,7 +78,7 @@ def _create_process_group(backend_options, pg_options):
     process_set = _C.add_process_set_of_members(
         members, "c10d/" + backend_options.group_id)
     return _C.ProcessGroupKolo(process_set, rank, size,
-                               backend_options.group_id)
+                               backend_options.group_id, timeout_ms)
 
 
 def _register():

@@ -60,3 +60,26 @@ def test_dtype_and_op_and_root_mismatches(rank):
             call()
         message = str(error.value)
         assert "/%d\": %s" % (position, what) in message, message
+
+
+def test_a_groups_timeout_ends_the_wait_for_a_rank_that_never_comes(rank,
+                                                                     size):
+    """new_group(timeout=...) (as init_process_group's) is the timeout of
+    the group's collectives, as in gloo: one that a rank never issues fails
+    after it, naming the rank and which timeout passed; KOLO_OP_TIMEOUT
+    (600 s here) stays the default group's."""
+    from datetime import timedelta
+    group = dist.new_group(list(range(size)),
+                           timeout=timedelta(milliseconds=500))
+    if rank != size - 1:
+        with pytest.raises(KoloInternalError) as error:
+            dist.all_reduce(torch.ones(3), group=group)
+        message = str(error.value)
+        assert "timed out after 500 ms (the request's timeout)" in message, \
+            message
+        assert "waiting for rank %d to submit it" % (size - 1) in message, \
+            message
+    # Every rank meets again on the default group.
+    x = torch.ones(1)
+    dist.all_reduce(x)
+    assert x.item() == size
