@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the runtime, the backends, the frontends and the tools with clang's
-# thread-safety analysis as errors (`--config=thread-safety` in .bazelrc;
-# Note [Annotated locks] in runtime/sync/mutex.h). Uses the clang output
-# base of tools/sanitize.sh, so the gcc build is kept. Exit status is
-# Bazel's.
+# thread-safety analysis as errors (`--config=thread-safety` in .bazelrc:
+# the ASan build, whose objects tools/sanitize.sh asan and tools/fuzz.sh
+# share; Note [Annotated locks] in runtime/sync/mutex.h). Uses the clang
+# output base of tools/sanitize.sh, so the gcc build is kept. Exit status
+# is Bazel's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # First, that the analysis sees the annotations at all: the check file

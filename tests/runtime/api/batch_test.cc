@@ -1,6 +1,6 @@
 // Runtime::AllreduceBatch: many allreduces in one call, each its own
 // collective, all or none submitted. N Runtimes as threads of one process
-// (tests/testing/local_job.h), world sizes 1-4.
+// (tests/testing/local_job.h), over every transport (testing::Setup).
 #include <string>
 #include <vector>
 
@@ -14,9 +14,9 @@ namespace {
 using testing::Counts;
 using testing::OnEachRank;
 
-class Batch : public ::testing::TestWithParam<int> {
+class Batch : public ::testing::TestWithParam<testing::Setup> {
  protected:
-  int size() const { return GetParam(); }
+  int size() const { return GetParam().size; }
 };
 
 // Element counts of the batch's tensors: empty, one, odd, larger than the
@@ -36,7 +36,7 @@ AllreduceRequest Request(const std::string& name, std::vector<float>& data) {
 // cache and on recycled entries. Every rank gets every sum.
 TEST_P(Batch, MatchesOneCallPerTensor) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   OnEachRank(n, [&](int r) {
     for (int step = 0; step < 4; ++step) {
       std::vector<std::vector<float>> data(kCounts.size());
@@ -87,7 +87,7 @@ TEST_P(Batch, MatchesOneCallPerTensor) {
 // submits nothing: afterwards the same names go through one by one.
 TEST_P(Batch, RefusesAllOrNone) {
   const int n = size();
-  auto rts = testing::StartJob(n);
+  auto rts = testing::StartJob(GetParam());
   std::vector<std::vector<float>> data(n, std::vector<float>(4, 1.0f));
   std::vector<std::vector<float>> other(n, std::vector<float>(4, 1.0f));
   std::vector<float> wrong(5);
@@ -168,10 +168,10 @@ TEST_P(Batch, RefusesAllOrNone) {
             absl::StatusCode::kFailedPrecondition);
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Batch, ::testing::Values(1, 2, 3, 4),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return absl::StrCat("np", info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(Transports, Batch,
+                         ::testing::ValuesIn(testing::Setups({1, 2, 3, 5},
+                                                             {4, 6})),
+                         testing::SetupName);
 
 }  // namespace
 }  // namespace kolo
