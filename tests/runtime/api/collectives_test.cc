@@ -391,7 +391,6 @@ TEST_P(Collectives, BroadcastRootOutsideTheSetFailsOnEveryRank) {
 }
 
 TEST_P(Collectives, RejectsBadRequestsAtOnce) {
-  const int n = size();
   auto rts = testing::StartJob(GetParam());
   int32_t ints[4] = {1, 2, 3, 4};
   AllreduceRequest bad_op;
