@@ -112,8 +112,8 @@ else
   fi
 
   # Fuzzers: a short run of each (tools/fuzz.sh SECONDS for longer ones).
-  section "tools/fuzz.sh ${KOLO_FUZZ_SECONDS:-20}"
-  tools/fuzz.sh "${KOLO_FUZZ_SECONDS:-20}" 2>&1 | tee "$log.fuzz"
+  section "tools/fuzz.sh ${KOLO_FUZZ_SECONDS:-10}"
+  tools/fuzz.sh "${KOLO_FUZZ_SECONDS:-10}" 2>&1 | tee "$log.fuzz"
   f_pass=$(grep -cE "^fuzz [a-z_]+: [0-9]+ runs" "$log.fuzz" || true)
   f_fail=$(grep -cE "^fuzz [a-z_]+: FAILED" "$log.fuzz" || true)
   if [ "$f_pass" -eq 0 ] && [ "$f_fail" -eq 0 ]; then f_fail=1; fi
