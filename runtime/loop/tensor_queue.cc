@@ -250,13 +250,10 @@ void TensorQueue::TakeNewRequests(
   {
     MutexLock lock(&mu_);
     if (new_entries_.empty()) return;
-    const absl::Time deadline = from + op_timeout;
     for (TensorEntry* e : new_entries_) {
       e->sent = true;
       if (e->deadline != absl::InfiniteFuture()) continue;
-      e->deadline = e->request.timeout_us() > 0
-                        ? from + absl::Microseconds(e->request.timeout_us())
-                        : deadline;
+      e->deadline = from + RequestTimeout(e->request, op_timeout);
       earliest_deadline_ = std::min(earliest_deadline_, e->deadline);
     }
     taking_.swap(new_entries_);  // new_entries_: the last take's storage

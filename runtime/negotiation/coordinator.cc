@@ -306,50 +306,6 @@ void Coordinator::ForgetEvictedHits() {
   }
 }
 
-Coordinator::Hits* Coordinator::HitTable::FindInMap(int64_t id) {
-  auto it = others_.find(id);
-  return it == others_.end() ? nullptr : &it->second;
-}
-
-Coordinator::Hits& Coordinator::HitTable::Get(int64_t id) {
-  if (Hits* h = Find(id)) return *h;
-  if (window_.empty() && window_size_ > 0) window_.resize(window_size_);
-  // The window starts one cache capacity (a quarter of it) below the first
-  // id it is asked for, so that lower ids of the same step, from lists
-  // that come later, still land in it rather than in the map.
-  if (base_ < 0 && !window_.empty() && id >= 0) {
-    base_ = std::max<int64_t>(0, id - static_cast<int64_t>(window_.size() / 4));
-  }
-  if (base_ >= 0 && id >= base_ &&
-      static_cast<uint64_t>(id - base_) < window_.size()) {
-    const size_t i = static_cast<size_t>(id - base_);
-    Hits& h = window_[i];
-    h.present = true;
-    ++in_window_;
-    used_ = std::max(used_, i + 1);
-    return h;
-  }
-  return others_[id];
-}
-
-void Coordinator::HitTable::Erase(int64_t id) {
-  if (base_ >= 0 && id >= base_ &&
-      static_cast<uint64_t>(id - base_) < window_.size()) {
-    Hits& h = window_[id - base_];
-    if (h.present) {
-      h = Hits();
-      // An empty window starts again from the next id it is asked for
-      // (the ids have moved on).
-      if (--in_window_ == 0) {
-        base_ = -1;
-        used_ = 0;
-      }
-      return;
-    }
-  }
-  others_.erase(id);
-}
-
 absl::Time Coordinator::OldestHit() const {
   if (partial_hits_ == 0) return absl::InfiniteFuture();
   if (hits_oldest_stale_) {
@@ -663,9 +619,7 @@ absl::Time Coordinator::NextTimeout(absl::Duration op_timeout) const {
   // ExpireOlderThan moves it when the shortest one could have passed.
   absl::Time next = OldestHit() + ShortestTimeout(op_timeout);
   for (const auto& [name, p] : pending_) {
-    const absl::Duration timeout =
-        p.timeout_us > 0 ? absl::Microseconds(p.timeout_us) : op_timeout;
-    next = std::min(next, p.first_seen + timeout);
+    next = std::min(next, p.first_seen + TimeoutOf(p, op_timeout));
   }
   return next;
 }
@@ -676,9 +630,7 @@ void Coordinator::ExpireOlderThan(absl::Duration op_timeout, absl::Time now) {
   for (absl::string_view name : SortedPendingNames()) {
     auto it = pending_.find(name);
     const Pending& p = it->second;
-    const absl::Duration timeout =
-        p.timeout_us > 0 ? absl::Microseconds(p.timeout_us) : op_timeout;
-    if (now - p.first_seen < timeout) continue;
+    if (now - p.first_seen < TimeoutOf(p, op_timeout)) continue;
     FailPending(
         it->first, p, absl::StatusCode::kDeadlineExceeded,
         absl::StrCat("timed out after ",

@@ -45,9 +45,9 @@
 #include "absl/base/optimization.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
-#include "absl/container/node_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "runtime/negotiation/cache_id_table.h"
 #include "runtime/negotiation/response_cache.h"
 #include "runtime/negotiation/timeline.h"
 #include "runtime/negotiation/validation.h"
@@ -153,7 +153,7 @@ class Coordinator {
     int count = 0;
     absl::Time first_seen;
     // The shortest of the submitted requests' own timeouts (Note [Request
-    // timeouts]); 0: none has one (the job's op timeout).
+    // timeouts]); 0: none has one (the job's op timeout: TimeoutOf).
     int64_t timeout_us = 0;
     bool stall_reported = false;
     // ADD_MEMBER_PROCESS_SET: the ranks (of this set) that submit it, the
@@ -171,54 +171,14 @@ class Coordinator {
     absl::Time first_seen;                   // the first bit of this round
     // The id's name is pending on the slow path: its hits go there too.
     bool slow = false;
-    bool present = false;  // (HitTable's window: the entry exists)
+    bool present = false;  // (CacheIdTable's window: the entry exists)
   };
-  // Cache id -> Hits. The ids of a model's tensors are neighbours (the
-  // cache numbers them as they come), so ids in a window of 4x the cache's
-  // capacity from the first one live in a vector found by subtraction, the
-  // others (after much churn) in a map. Entries never move (the window is
-  // allocated once, at the first hit: a process set that never hits costs
-  // nothing; the map's nodes are stable): a Hits& stays valid until its
-  // entry is erased.
-  class HitTable {
-   public:
-    explicit HitTable(int capacity)
-        : window_size_(capacity > 0 ? static_cast<size_t>(4) * capacity : 0) {}
-    Hits* Find(int64_t id) {
-      if (base_ >= 0 && id >= base_ &&
-          static_cast<uint64_t>(id - base_) < window_.size()) {
-        Hits& h = window_[id - base_];
-        if (h.present) return &h;
-      }
-      // (Also for an id in the window's range: the map may hold it from
-      // before the window moved.)
-      return others_.empty() ? nullptr : FindInMap(id);
-    }
-    Hits& Get(int64_t id);  // Creates the entry if absent.
-    void Erase(int64_t id);
-    // Ids of the entries, ascending, that satisfy `keep`.
-    template <typename Keep>
-    std::vector<int64_t> Ids(Keep&& keep) const {
-      std::vector<int64_t> ids;
-      for (size_t i = 0; i < used_; ++i) {
-        if (window_[i].present && keep(window_[i])) ids.push_back(base_ + i);
-      }
-      for (const auto& [id, h] : others_) {
-        if (keep(h)) ids.push_back(id);
-      }
-      std::sort(ids.begin(), ids.end());
-      return ids;
-    }
-
-   private:
-    Hits* FindInMap(int64_t id);
-    const size_t window_size_;
-    std::vector<Hits> window_;  // empty, or window_size_ entries
-    int64_t base_ = -1;         // id of window_[0]; -1: no entry in the window
-    int in_window_ = 0;
-    size_t used_ = 0;  // window_[used_...] never held an entry since base_
-    absl::node_hash_map<int64_t, Hits> others_;
-  };
+  static absl::Duration TimeoutOf(const Pending& p, absl::Duration op_timeout) {
+    return p.timeout_us > 0 ? absl::Microseconds(p.timeout_us) : op_timeout;
+  }
+  // Cache id -> Hits (cache_id_table.h: a window by subtraction, a map
+  // after much churn; a Hits& stays valid until its entry is erased).
+  using HitTable = CacheIdTable<Hits>;
   struct Ready {
     // The response: the cache's own when every rank sent the same current
     // cache id (no copy), else built here.
