@@ -48,7 +48,8 @@ class CacheIdTable {
     // first id it is asked for, so that lower ids of the same step, from
     // lists that come later, still land in it rather than in the map.
     if (base_ < 0 && !window_.empty() && id >= 0) {
-      base_ = std::max<int64_t>(0, id - static_cast<int64_t>(window_.size() / 4));
+      base_ =
+          std::max<int64_t>(0, id - static_cast<int64_t>(window_.size() / 4));
     }
     if (InWindow(id)) {
       const size_t i = static_cast<size_t>(id - base_);
