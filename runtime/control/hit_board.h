@@ -113,7 +113,7 @@ struct HitBoardShared {
   struct alignas(64) Head {
     std::atomic<uint64_t> pos;  // records rank r has executed
     // Rank r's caller polls the log (Note [Caller turns] in
-    // runtime/loop/hit_board_loop.cc): appending ids needs no ring to it.
+    // runtime/loop/caller_turn.cc): appending ids needs no ring to it.
     std::atomic<uint32_t> polling;
   };
   Head heads[kMaxRanks];
@@ -202,7 +202,7 @@ class KOLO_CAPABILITY("hit board") HitBoard {
   void Executed(uint64_t pos) {
     shared_->heads[rank_].pos.store(pos, std::memory_order_seq_cst);
   }
-  // Note [Caller turns] (runtime/loop/hit_board_loop.cc): while this rank's
+  // Note [Caller turns] (runtime/loop/caller_turn.cc): while this rank's
   // caller polls the log itself, a rank that appends ids need not ring it
   // (a system call and a wake-up of its background thread, on the core
   // the caller spins on). Clearing is followed by a look at tail(): a

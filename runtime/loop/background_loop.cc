@@ -3,9 +3,10 @@
 // through it elsewhere), executes the response lists in order and completes
 // the Works (Note [Background loop]). Methods of RuntimeImpl
 // (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
-// errors) is in runtime_impl.cc, process sets in process_sets.cc, the hit
-// board's part and a caller's turn in hit_board_loop.cc, the host relay's
-// in host_relay_loop.cc.
+// errors) is in runtime_impl.cc, process sets in process_sets.cc, a
+// caller's turn in caller_turn.cc, the host relay's part in
+// host_relay_loop.cc; the hit board's side of this rank is a BoardExchange
+// (board_exchange.h).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/loop/phase_clock.h"
 #include "runtime/loop/runtime_impl.h"
+#include "runtime/negotiation/fusion.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/util/format.h"
 
@@ -95,7 +97,7 @@ void RuntimeImpl::BackgroundLoop() {
       }
     }
     SendRequests(absl::Now());
-    if (board_) ExecuteBoard(&done);  // what this rank's bits completed
+    if (board_) board_->Execute(&done);  // what this rank's bits completed
     if (!fatal_status().ok() || done) break;
     if (control_) {
       std::vector<ControlEvent> events = control_->TakeEvents();
@@ -127,8 +129,7 @@ void RuntimeImpl::BackgroundLoop() {
           wire::ResponseList& list = *event.message.mutable_response_list();
           if (board_) {
             // Runs at its marker in the board's log.
-            const auto key = std::make_pair(list.process_set(), list.seq());
-            board_lists_.emplace(key, std::move(list));
+            board_->Hold(std::move(list));
             continue;
           }
           std::shared_ptr<ProcessSetState> set;
@@ -147,7 +148,7 @@ void RuntimeImpl::BackgroundLoop() {
         if (!fatal_status().ok()) break;
       }
     }
-    if (board_ && !done) ExecuteBoard(&done);
+    if (board_ && !done) board_->Execute(&done);
     if (!fatal_status().ok()) break;
     if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
     if (!fatal_status().ok()) break;
@@ -250,47 +251,14 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   counters_.requests_sent += requests_taken;
   if (board_ && (lists.count(kGlobalProcessSet) || send_shutdown)) {
     // Note [Hits on the board]: the global set's hits go on the board
-    // while it is open and this rank has executed the log as far as the
-    // coordinator had written it when it opened; the rest (and any hit
-    // whose slot another id holds) goes to the coordinator, counted.
-    std::vector<int64_t>& ids = hits[kGlobalProcessSet];
-    bool published = false;
-    bool full = false;  // complete ids left ready: the log is full
+    // while it is open; the rest goes to the coordinator.
     bool send = false;
-    {
-      if (!LockBoard()) return;
-      HitBoardLock locked(board_);
-      if (!ids.empty() && board_->Usable(board_cursor_)) {
-        board_complete_.clear();
-        board_refused_.clear();
-        board_->Set(ids, internal::MonotonicNanos(), &board_complete_,
-                    &board_refused_);
-        counters_.board_hits +=
-            static_cast<int64_t>(ids.size() - board_refused_.size());
-        ids.swap(board_refused_);
-        published = board_->Publish(&board_complete_);
-        if (!published && !board_complete_.empty()) full = true;
-      }
-      if (board_->ready_pending()) {
-        published = board_->FlushReady() || published;
-        full = full || board_->ready_pending();
-      }
-      send = lists[kGlobalProcessSet].requests_size() > 0 || !ids.empty() ||
-             send_shutdown;
-      if (send && options_.rank != 0) board_->CountSent();
-    }
+    const int64_t set = board_->Hand(
+        &hits[kGlobalProcessSet], lists[kGlobalProcessSet].requests_size() > 0,
+        send_shutdown, &send);
+    if (set < 0) return;
+    counters_.board_hits += set;
     if (!send) lists.erase(kGlobalProcessSet);
-    // Full: the ranks that have not executed the log must run (ranks
-    // outside a set wait for nothing when only its markers are left).
-    // A rank whose caller polls the log needs no ring for ids (Note
-    // [Caller turns]).
-    if (published || full) {
-      for (int r = 0; r < options_.size; ++r) {
-        if (r != options_.rank && (full || board_->NeedsRing(r))) {
-          control_->Ring(r);
-        }
-      }
-    }
   }
   for (auto& [id, ids] : hits) {
     if (!ids.empty()) AddCacheHits(&ids, &lists[id]);
@@ -318,7 +286,8 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     list.set_acked_seq(set.executed_seq);
     ++counters_.request_lists_sent;
     if (options_.rank == 0) {
-      if (board_ && id == kGlobalProcessSet) CloseBoard(set, now);
+      if (board_ && id == kGlobalProcessSet)
+        board_->Close(*set.coordinator, now);
       set.coordinator->AddRequests(set.rank, std::move(list), now);
     } else if (relay_) {
       // Note [Host relay]: sent with the host's (FlushRelay).
@@ -344,7 +313,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
   }
   // The global set goes last: at shutdown its list is the final one.
   std::rotate(sets.begin(), sets.begin() + 1, sets.end());
-  if (board_) TendBoard(*sets.back(), now, next_wakeup);
+  if (board_) board_->Tend(*sets.back()->coordinator, now, next_wakeup);
   const bool all_shutdown = sets.back()->coordinator->AllShutdown();
   bool list_deferred = false;  // a set's list waits for room in the log
   ReportShutdownWaiting(*sets.back()->coordinator);
@@ -387,16 +356,16 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
       // executed the board's log to its end (this rank's caches are the
       // coordinators', which the list changes) and when the log has room
       // for its marker; the global set's, while the board is closed.
-      if (set->id == kGlobalProcessSet) CloseBoard(*set, now);
-      ExecuteBoard(done);
+      if (set->id == kGlobalProcessSet) board_->Close(c, now);
+      board_->Execute(done);
       if (!fatal_status().ok() || *done) return;
       // The final list never overtakes a list of another set that waits
       // for room (this step's global set comes last).
-      if (!board_->HasRoom(1) || (list_deferred && all_shutdown)) {
+      if (!board_->HasRoomForList() || (list_deferred && all_shutdown)) {
         // The others free room as they execute: wake them all (ranks
         // outside the set have nothing else to wake them), look again.
         list_deferred = true;
-        for (int r = 1; r < options_.size; ++r) control_->Ring(r);
+        board_->RingOthers();
         *next_wakeup = std::min(*next_wakeup, now + absl::Microseconds(100));
         continue;
       }
@@ -412,11 +381,11 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     }
     *next_wakeup = std::min(*next_wakeup, c.NextTimeout(options_.op_timeout));
   }
-  // The board may have opened after TendBoard (at a list's marker): it is
-  // looked at while it is open (BoardCheckLimit).
+  // The board may have opened after Tend (at a list's marker): it is
+  // looked at while it is open (BoardExchange::CheckLimit).
   if (board_ && board_->open()) {
-    *next_wakeup = std::min(*next_wakeup,
-                            now + BoardCheckLimit(*sets.back()->coordinator));
+    *next_wakeup = std::min(
+        *next_wakeup, now + board_->CheckLimit(*sets.back()->coordinator));
   }
 }
 
@@ -442,38 +411,10 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
 
 void RuntimeImpl::SendList(ProcessSetState& set,
                            const wire::ResponseList& list) {
-  if (board_) {
-    // Its marker, where every rank runs it, appended once this rank has
-    // executed the log to its end (it runs the list right here). While
-    // the board is closed (always for the global set's lists) nobody else
-    // appends; while it is open others may append ids, which need this
-    // rank's bits too: executing what they appended ends.
-    bool appended = false;
-    for (;;) {
-      bool at_end = false;
-      {
-        if (!LockBoard()) return;
-        HitBoardLock locked(board_);
-        at_end = board_->tail() == board_cursor_;
-        if (at_end) appended = board_->AppendList(list.seq(), set.id);
-        // Open again right after the marker if this list leaves the
-        // coordinator quiet: the ranks that execute it are then past the
-        // opening position before their next submissions.
-        if (appended && set.id == kGlobalProcessSet) {
-          OpenBoardIfQuietLocked(*set.coordinator);
-        }
-      }
-      if (at_end) break;
-      bool unused_done = false;  // (only the global set's lists end a job)
-      ExecuteBoard(&unused_done);
-      if (!fatal_status().ok()) return;
-    }
-    if (!appended) {
-      Fatal(absl::InternalError(
-          absl::StrCat("hit board: no room in the log for response list ",
-                       list.seq(), " of process set ", set.id)));
-      return;
-    }
+  // Its marker, where every rank runs it, appended once this rank has
+  // executed the log to its end (it runs the list right here).
+  if (board_ && !board_->AppendList(list, set.id, *global_->coordinator)) {
+    return;
   }
   if (control_) {
     if (list.shutdown()) control_->MarkShuttingDown();
@@ -486,7 +427,7 @@ void RuntimeImpl::SendList(ProcessSetState& set,
     }
   }
   if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
-  if (board_) board_->Executed(++board_cursor_);
+  if (board_) board_->ListExecuted();
 }
 
 void RuntimeImpl::ExecuteList(ProcessSetState& set,
@@ -502,6 +443,65 @@ void RuntimeImpl::ExecuteList(ProcessSetState& set,
   set.executed_seq = list.seq();
   // Only the coordinator reads evicted entries.
   if (!sent_here) set.cache->PruneGraveyard(list.seq());
+}
+
+bool RuntimeImpl::ExecuteBoardIds(const HitBoardShared::Record& record,
+                                  bool caller) {
+  ProcessSetState& global = *global_;
+  // Every rank plans the same fusion: the same ids, the same cache (Note
+  // [Hits on the board]), the coordinator's threshold.
+  PhaseClock clock(options_.phase_times);
+  board_singles_.clear();
+  for (uint32_t i = 0; i < record.count; ++i) {
+    const wire::Response* cached = global.cache->CachedResponse(record.ids[i]);
+    if (!cached) {
+      Fatal(absl::InternalError(absl::StrCat(
+          "rank ", options_.rank, ": hit board names cache id ", record.ids[i],
+          ", which this rank's response cache does not hold")));
+      return true;
+    }
+    // Note [Caller turns]: CUDA tensors are the thread's.
+    if (caller &&
+        cached->device_type() == static_cast<int>(DeviceType::kCuda)) {
+      return false;
+    }
+    board_singles_.push_back(cached);
+  }
+  ++counters_.board_records_executed;
+  const std::vector<std::vector<size_t>> buckets = PlanBuckets(
+      board_singles_, board_->fusion_threshold_bytes(), global.size());
+  if (clock.on()) counters_.prepare_ns += clock.Lap();
+  for (const std::vector<size_t>& bucket : buckets) {
+    board_response_.Clear();
+    board_bucket_.clear();
+    for (size_t i : bucket) {
+      board_response_.add_cache_ids(record.ids[i]);
+      board_bucket_.push_back(board_singles_[i]);
+    }
+    // Touched in every rank's cache here, rank 0's (the coordinator's)
+    // included (Note [Hits on the board]); the responses looked up above
+    // stay (touching an id keeps its entry).
+    ExecuteResponse(global, board_response_, /*apply_cache=*/true,
+                    board_bucket_.data());
+    if (!fatal_status().ok()) return true;
+  }
+  return true;
+}
+
+bool RuntimeImpl::BoardRunner::IsMember(int process_set) {
+  MutexLock lock(&impl_->sets_mu_);
+  auto found = impl_->sets_.find(process_set);
+  return found != impl_->sets_.end() && found->second->member();
+}
+
+void RuntimeImpl::BoardRunner::ExecuteList(int process_set,
+                                           const wire::ResponseList& list) {
+  std::shared_ptr<ProcessSetState> set;
+  {
+    MutexLock lock(&impl_->sets_mu_);
+    set = impl_->sets_.at(process_set);
+  }
+  impl_->ExecuteList(*set, list, /*sent_here=*/false);
 }
 
 void RuntimeImpl::ExecuteResponse(ProcessSetState& set,

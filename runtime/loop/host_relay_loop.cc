@@ -31,8 +31,7 @@ bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
   }
   if (board_ && set->id == kGlobalProcessSet) {
     // Note [Hits on the board]: nothing is half there, half here.
-    CloseBoard(*set, now);
-    ++board_received_[from];
+    board_->Received(*set->coordinator, from, now);
   }
   set->coordinator->AddRequests(static_cast<int>(me - set->ranks.begin()),
                                 std::move(list), now);
@@ -42,18 +41,13 @@ bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
 bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
                                      absl::Time now) {
   ++counters_.host_messages_received;
-  std::shared_ptr<ProcessSetState> global;
-  {
-    MutexLock lock(&sets_mu_);
-    global = sets_.at(kGlobalProcessSet);
-  }
   if (!host_messages_) {
     Fatal(absl::InternalError(absl::StrCat(
         "rank ", from, " relayed requests, but this job has no host leaders")));
     return false;
   }
   const absl::Status accepted = host_messages_->Accept(
-      from, message, *global->coordinator,
+      from, message, *global_->coordinator,
       [&](int rank, wire::RequestList list) {
         return AcceptRequestList(rank, std::move(list), now);
       },
@@ -111,15 +105,10 @@ void RuntimeImpl::FlushRelay(absl::Time now, absl::Time* next_wakeup) {
   }
   if (relay_->rounds() >
       2 * static_cast<size_t>(options_.cache_capacity) + 64) {
-    std::shared_ptr<ProcessSetState> global;
-    {
-      MutexLock lock(&sets_mu_);
-      global = sets_.at(kGlobalProcessSet);
-    }
     // An id this rank's cache no longer has: the host's ranks, which run
     // the same lists, will not send it again (a wrong guess costs a hold).
     relay_->ForgetRounds(
-        [&](int64_t id) { return !global->cache->IsCurrent(id); });
+        [&](int64_t id) { return !global_->cache->IsCurrent(id); });
   }
 }
 

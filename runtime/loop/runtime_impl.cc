@@ -313,9 +313,12 @@ absl::Status RuntimeImpl::Start() {
           *store_, deadline, options_.negotiate_within_hosts,
           options_.fusion_threshold_bytes);
       if (!shm.ok()) return shm;
-      board_ = control_->hit_board();
-      if (board_ && options_.rank == 0) {
-        board_received_.assign(options_.size, 0);
+      if (HitBoard* board = control_->hit_board()) {
+        board_ = std::make_unique<BoardExchange>(
+            board, control_.get(), &board_runner_,
+            BoardExchange::Limits{options_.op_timeout,
+                                  options_.stall_check_time,
+                                  options_.stall_shutdown_time});
       }
       if (Wakeup* doorbell = control_->doorbell()) {
         // Before the background thread starts; events that rang the old
@@ -328,12 +331,11 @@ absl::Status RuntimeImpl::Start() {
                                                          : "TCP"));
   }
   RegisterProcessSet(kGlobalProcessSet, all);
-  std::shared_ptr<ProcessSetState> global;
   {
     MutexLock lock(&sets_mu_);
-    global = sets_.at(kGlobalProcessSet);
+    global_ = sets_.at(kGlobalProcessSet);
   }
-  KOLO_RETURN_IF_ERROR(ConnectProcessSet(*global));
+  KOLO_RETURN_IF_ERROR(ConnectProcessSet(*global_));
   if (!options_.timeline_path.empty() && options_.rank == 0) {
     KOLO_RETURN_IF_ERROR(
         timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles));
@@ -398,52 +400,6 @@ absl::StatusOr<Work> RuntimeImpl::Submit(std::unique_ptr<TensorEntry> owned) {
   Work work = internal::WorkAccess::Make(owned->work);
   KOLO_RETURN_IF_ERROR(queue_.Add(std::move(owned)));
   return work;
-}
-
-BlockingResult RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
-                                          absl::Duration timeout) {
-  BlockingResult result;
-  result.status = Prepare(owned.get());
-  if (!result.status.ok()) return result;
-  const std::shared_ptr<internal::WorkState> work = owned->work;
-  // Note [Caller turns]: queued without waking the thread, which this
-  // caller wakes unless it takes the turn itself.
-  result.status = queue_.AddQuietly(std::move(owned));
-  if (!result.status.ok()) return result;
-  result.submitted = true;
-  // Nothing of this runtime is touched once the turn is given back: from
-  // there on the caller waits on its Work alone.
-  if (!turn_->mu.TryLock()) {
-    Notify();
-    result.status = work->Wait(timeout);
-    return result;
-  }
-  bool turned = false;
-  try {
-    if (turn_->loop_running) turned = CallerTurn(*work);
-  } catch (const std::exception& e) {
-    // What the thread would have died of: the job fails, saying so.
-    Fatal(absl::InternalError(
-        absl::StrCat("rank ", options_.rank, ": ", e.what(),
-                     " (thrown by a collective run on a caller's thread)")));
-    turn_->mu.Unlock();
-    throw;
-  } catch (...) {
-    Fatal(absl::InternalError(absl::StrCat(
-        "rank ", options_.rank,
-        ": an exception escaped a collective run on a caller's thread")));
-    turn_->mu.Unlock();
-    throw;
-  }
-  if (turned) {
-    ++counters_.caller_turns;
-    if (work->IsCompleted()) ++counters_.caller_turns_completed;
-  } else {
-    Notify();
-  }
-  turn_->mu.Unlock();
-  result.status = work->Wait(timeout);
-  return result;
 }
 
 absl::StatusOr<std::vector<Work>> RuntimeImpl::SubmitAll(

@@ -6,7 +6,7 @@
 // Threads: the public methods run on caller threads; BackgroundLoop() on the
 // background thread, which negotiates and issues collectives; a caller in
 // SubmitAndWait may do the same in the loop's turn (Note [Caller turns] in
-// hit_board_loop.cc): what is marked "background thread" below belongs to
+// caller_turn.cc): what is marked "background thread" below belongs to
 // whoever holds the turn, one thread at a time. Fatal() may run on a
 // control-plane reader thread.
 #ifndef KOLO_RUNTIME_LOOP_RUNTIME_IMPL_H_
@@ -26,6 +26,7 @@
 #include "runtime/control/control_plane.h"
 #include "runtime/control/hit_board.h"
 #include "runtime/loop/backend.h"
+#include "runtime/loop/board_exchange.h"
 #include "runtime/loop/executor.h"
 #include "runtime/loop/tensor_queue.h"
 #include "runtime/negotiation/coordinator.h"
@@ -84,7 +85,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   absl::StatusOr<Work> Submit(TensorEntry entry);
   absl::StatusOr<Work> Submit(std::unique_ptr<TensorEntry> entry);
   // Submits the entry and waits for it, running the loop's turn on the
-  // calling thread if it can (Note [Caller turns] in hit_board_loop.cc).
+  // calling thread if it can (Note [Caller turns] in caller_turn.cc).
   BlockingResult SubmitAndWait(std::unique_ptr<TensorEntry> entry,
                                absl::Duration timeout);
   // Submits every entry or none (TensorQueue::AddAll); their Works'
@@ -161,39 +162,13 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
                        bool apply_cache,
                        const wire::Response* const* cached = nullptr);
-  // Note [Hits on the board] (control/hit_board.h), background thread.
-  // Takes the board's lock, for a HitBoardLock to hold; false (after
-  // Fatal) if the job ended first or the op timeout passed.
-  bool LockBoard() KOLO_TRY_ACQUIRE(true, board_);
-  // Executes the board's log from this rank's cursor, as far as the lists
-  // it names have arrived (those of sets this rank is not in are skipped);
-  // *done at the final list.
-  // With `handed_back` (a caller's turn): stops, setting it, at a record
-  // the caller leaves to the background thread (a list's marker, a CUDA
-  // tensor).
-  void ExecuteBoard(bool* done, bool* handed_back = nullptr);
   // Note [Caller turns], holding turn_->mu: sends this rank's new requests
   // and, on the board, executes its log until `work` completes, the spin
   // time passes or the thread must take over (rung). False if it took no
   // turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
-  // One record of ids: the cached responses, fused by the board's plan.
-  // False, executing nothing, if a `caller` (Note [Caller turns]) must
-  // leave it to the thread (a CUDA tensor).
-  bool ExecuteBoardIds(ProcessSetState& global,
-                       const HitBoardShared::Record& record, bool caller);
-  // Coordinator: closes the board, its bits becoming the ranks' hits.
-  void CloseBoard(ProcessSetState& global, absl::Time now);
-  // Coordinator: opens it again once negotiation of the set is quiet, and
-  // moves old partly set ids to the coordinator for its time-outs and
-  // stall reports.
-  void TendBoard(ProcessSetState& global, absl::Time now,
-                 absl::Time* next_wakeup);
-  // How often rank 0 looks at an open board: its earliest check.
-  absl::Duration BoardCheckLimit(const Coordinator& global) const;
-  // Coordinator, board locked: opens it if `global` is quiet and every
-  // request list sent has arrived.
-  void OpenBoardIfQuietLocked(const Coordinator& global) KOLO_REQUIRES(board_);
+  // One record of the board's log (BoardExchange::Runner::ExecuteIds).
+  bool ExecuteBoardIds(const HitBoardShared::Record& record, bool caller);
   // Note [Host relay] (control/control_plane.h), background thread.
   // A host leader (not rank 0): sends the host's request lists on when
   // HostBatch::Due says (the hold is KOLO_CYCLE_TIME); *next_wakeup: when
@@ -272,17 +247,29 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // SendRequests: per process set, the cache ids of one pass (storage kept
   // from pass to pass). Background thread only.
   std::map<int, std::vector<int64_t>> hits_to_send_;
-  // Note [Hits on the board]: the global set's board, or null (control
-  // over TCP, one rank, KOLO_HIT_BOARD=0 on rank 0); the records this rank
-  // has executed; response lists (by set and seq) received before their
-  // marker; rank 0:
-  // request lists received per rank. Background thread only.
-  HitBoard* board_ = nullptr;
-  uint64_t board_cursor_ = 0;
-  std::map<std::pair<int, int64_t>, wire::ResponseList> board_lists_;
-  std::vector<uint64_t> board_received_;
-  std::vector<int64_t> board_complete_, board_refused_;
-  std::vector<HitBoard::Pulled> board_pulled_;
+  // The global set (registered by Start, never removed).
+  std::shared_ptr<ProcessSetState> global_;
+  // Note [Hits on the board]: the global set's hits over shared memory, or
+  // null (control over TCP, one rank, KOLO_HIT_BOARD=0 on rank 0); what
+  // its log runs on. Background thread (the loop's turn).
+  class BoardRunner : public BoardExchange::Runner {
+   public:
+    explicit BoardRunner(RuntimeImpl* impl) : impl_(impl) {}
+    bool ExecuteIds(const HitBoardShared::Record& record,
+                    bool caller) override {
+      return impl_->ExecuteBoardIds(record, caller);
+    }
+    bool IsMember(int process_set) override;
+    void ExecuteList(int process_set, const wire::ResponseList& list) override;
+    bool failed() override { return !impl_->fatal_status().ok(); }
+    void Fatal(const absl::Status& status) override { impl_->Fatal(status); }
+
+   private:
+    RuntimeImpl* const impl_;
+  };
+  BoardRunner board_runner_{this};
+  std::unique_ptr<BoardExchange> board_;
+  // ExecuteBoardIds' storage, kept from record to record.
   std::vector<const wire::Response*> board_singles_, board_bucket_;
   wire::Response board_response_;
 
@@ -303,7 +290,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
     std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
         complete_ns{0}, recycle_ns{0};
   } counters_;
-  // Note [Caller turns] (hit_board_loop.cc): the loop's turn, and
+  // Note [Caller turns] (caller_turn.cc): the loop's turn, and
   // whether the loop runs (callers take turns only while it does).
   struct LoopTurn {
     Mutex mu;

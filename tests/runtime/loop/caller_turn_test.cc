@@ -1,5 +1,5 @@
 // Runtime::AllreduceAndWait and the caller's turn (Note [Caller turns] in
-// runtime/loop/hit_board_loop.cc), in real Runtimes (threads of one process,
+// runtime/loop/caller_turn.cc), in real Runtimes (threads of one process,
 // one host: the hit board is on unless a test turns it off). Results are
 // checked exactly on every call; every wait has a deadline.
 #include <cstdio>

@@ -1,0 +1,128 @@
+// A caller's turn of the loop (Note [Caller turns]): a blocking call that
+// submits and runs the loop's pass itself. Methods of RuntimeImpl
+// (runtime_impl.h).
+#include <exception>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/loop/runtime_impl.h"
+#include "runtime/sync/mutex.h"
+
+namespace kolo {
+
+// Note [Caller turns]
+// A caller that submits one collective and waits for it at once (a
+// blocking allreduce: Runtime::AllreduceAndWait) would hand it to the
+// background thread and back: on a rank bound to one core the two threads
+// take turns on it, and each turn is a context switch (1-2 us on a VM),
+// several per collective. So such a caller runs the loop's turn itself
+// when the background thread is not in one (the turn is `turn_->mu`,
+// which the thread holds for each pass; a caller only tries it): it sends
+// the rank's new requests as the thread would (SendRequests), and on one
+// host, where a cached request of the global set becomes a bit on the
+// board (Note [Hits on the board] in control/hit_board.h), it executes
+// the board's log itself while it waits for the other ranks' bits,
+// marked as polling so that the rank that sets the last bit does not
+// ring this rank's thread. Every pass's state (the board's cursor, the
+// caches, the executors) is touched only by whoever holds the turn. The
+// caller hands back to the thread, ringing it, whatever is not a lone
+// hit on an open board: a request list for the coordinator (rank 0's
+// coordinator steps, the others' answers), a record with a CUDA response
+// or a response list's marker, or a spin time without an answer; then it
+// waits as any caller does; and it ends its turn (or takes none) when the
+// thread waits for the turn, so that callers making blocking calls back to
+// back never starve the thread. So the thread still does everything it
+// did; the caller only does early what the thread would have done next.
+// The call's timeout bounds its wait for the other ranks; a collective
+// that started runs to its end (or its error) on whichever thread runs it.
+bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
+  if (!board_ || relay_ || options_.spin_time <= absl::ZeroDuration() ||
+      !accepting_ || shutdown_requested_ ||
+      turn_->thread_waits.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  Wakeup& wakeup = *wakeup_.load();
+  const uint32_t epoch = wakeup.Epoch();
+  const int64_t lists = counters_.request_lists_sent.load();
+  SendRequests(absl::Now());
+  if (!fatal_status().ok()) return true;
+  if (counters_.request_lists_sent.load() != lists) {
+    Notify();  // The coordinator's part is the thread's.
+    return true;
+  }
+  board_->SetPolling(true);
+  bool handed_back = false;
+  bool done = false;
+  try {
+    SpinUntil(
+        [&] {
+          if (work.IsCompleted()) return true;
+          board_->Execute(&done, &handed_back);
+          return work.IsCompleted() || handed_back || done || !accepting_ ||
+                 wakeup.Epoch() != epoch ||
+                 turn_->thread_waits.load(std::memory_order_relaxed);
+        },
+        options_.spin_time);
+  } catch (...) {
+    // (An output allocator of another thread's collective in the record.)
+    board_->SetPolling(false);
+    throw;
+  }
+  board_->SetPolling(false);
+  // The thread takes over whatever is left: records appended while this
+  // rank polled came without a ring, and the entry this caller queued
+  // quietly has its time-out (and, on rank 0, the board's checks) only in
+  // the thread's passes.
+  if (!work.IsCompleted() || handed_back || done || board_->Behind()) {
+    Notify();
+  }
+  return true;
+}
+
+BlockingResult RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
+                                          absl::Duration timeout) {
+  BlockingResult result;
+  result.status = Prepare(owned.get());
+  if (!result.status.ok()) return result;
+  const std::shared_ptr<internal::WorkState> work = owned->work;
+  // Note [Caller turns]: queued without waking the thread, which this
+  // caller wakes unless it takes the turn itself.
+  result.status = queue_.AddQuietly(std::move(owned));
+  if (!result.status.ok()) return result;
+  result.submitted = true;
+  // Nothing of this runtime is touched once the turn is given back: from
+  // there on the caller waits on its Work alone.
+  if (!turn_->mu.TryLock()) {
+    Notify();
+    result.status = work->Wait(timeout);
+    return result;
+  }
+  bool turned = false;
+  try {
+    if (turn_->loop_running) turned = CallerTurn(*work);
+  } catch (const std::exception& e) {
+    // What the thread would have died of: the job fails, saying so.
+    Fatal(absl::InternalError(
+        absl::StrCat("rank ", options_.rank, ": ", e.what(),
+                     " (thrown by a collective run on a caller's thread)")));
+    turn_->mu.Unlock();
+    throw;
+  } catch (...) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", options_.rank,
+        ": an exception escaped a collective run on a caller's thread")));
+    turn_->mu.Unlock();
+    throw;
+  }
+  if (turned) {
+    ++counters_.caller_turns;
+    if (work->IsCompleted()) ++counters_.caller_turns_completed;
+  } else {
+    Notify();
+  }
+  turn_->mu.Unlock();
+  result.status = work->Wait(timeout);
+  return result;
+}
+
+}  // namespace kolo
