@@ -4,9 +4,10 @@
 // the Works (Note [Background loop]). Methods of RuntimeImpl
 // (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
 // errors) is in runtime_impl.cc, process sets in process_sets.cc, a
-// caller's turn in caller_turn.cc, the host relay's part in
-// host_relay_loop.cc; the hit board's side of this rank is a BoardExchange
-// (board_exchange.h).
+// caller's turn in caller_turn.cc, the coordinator's taking of request
+// lists in accept_requests.cc; the hit board's side of this rank is a
+// BoardExchange (board_exchange.h), a host leader's a LeaderExchange
+// (leader_exchange.h).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -101,16 +102,17 @@ void RuntimeImpl::BackgroundLoop() {
     if (!fatal_status().ok() || done) break;
     if (control_) {
       std::vector<ControlEvent> events = control_->TakeEvents();
-      if (relay_) {
+      if (leader_) {
         // Note [Host relay]: the host's lists go on with this rank's own.
-        for (ControlEvent& event : events) {
-          if (!event.message.has_request_list()) continue;
-          relay_->Add(event.from_rank,
-                      std::move(*event.message.mutable_request_list()), now);
-          event.message.Clear();
+        leader_->TakeHostLists(&events, now);
+        absl::Status flushed = leader_->Flush(
+            now, options_.cycle_time, options_.cache_capacity,
+            [&](int64_t id) { return !global_->cache->IsCurrent(id); },
+            &next_wakeup);
+        if (!flushed.ok()) {
+          Fatal(flushed);
+          break;
         }
-        FlushRelay(now, &next_wakeup);
-        if (!fatal_status().ok()) break;
       }
       for (ControlEvent& event : events) {
         if (coordinator && event.message.has_request_list()) {
@@ -162,7 +164,7 @@ void RuntimeImpl::BackgroundLoop() {
   }
   // A leader whose loop ends before the job's end (an error): its host's
   // ranks must not wait for it.
-  if (relay_ && !done) control_->StopHostRelay();
+  if (leader_ && !done) control_->StopHostRelay();
   {
     MutexLock lock(&state_mu_);
     loop_done_ = true;
@@ -289,9 +291,9 @@ void RuntimeImpl::SendRequests(absl::Time now) {
       if (board_ && id == kGlobalProcessSet)
         board_->Close(*set.coordinator, now);
       set.coordinator->AddRequests(set.rank, std::move(list), now);
-    } else if (relay_) {
-      // Note [Host relay]: sent with the host's (FlushRelay).
-      relay_->Add(options_.rank, std::move(list), now);
+    } else if (leader_) {
+      // Note [Host relay]: sent with the host's (LeaderExchange::Flush).
+      leader_->Add(options_.rank, std::move(list), now);
     } else {
       wire::ControlMessage message;
       *message.mutable_request_list() = std::move(list);

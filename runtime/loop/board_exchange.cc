@@ -106,14 +106,13 @@ void BoardExchange::Execute(bool* done, bool* handed_back) {
         return;
       } else if (runner_->IsMember(record.process_set)) {
         // (Others' sets: nothing comes.)
-        auto it = lists_.find(std::make_pair(record.process_set,
-                                             record.list_seq));
+        auto it =
+            lists_.find(std::make_pair(record.process_set, record.list_seq));
         if (it == lists_.end()) {
           return;  // Not here yet: its arrival rings this rank.
         }
         runner_->ExecuteList(record.process_set, it->second);
-        if (it->second.shutdown() &&
-            record.process_set == kGlobalProcessSet) {
+        if (it->second.shutdown() && record.process_set == kGlobalProcessSet) {
           *done = true;
         }
         lists_.erase(it);

@@ -36,7 +36,7 @@ namespace kolo {
 // The call's timeout bounds its wait for the other ranks; a collective
 // that started runs to its end (or its error) on whichever thread runs it.
 bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
-  if (!board_ || relay_ || options_.spin_time <= absl::ZeroDuration() ||
+  if (!board_ || leader_ || options_.spin_time <= absl::ZeroDuration() ||
       !accepting_ || shutdown_requested_ ||
       turn_->thread_waits.load(std::memory_order_relaxed)) {
     return false;

@@ -292,7 +292,8 @@ absl::Status RuntimeImpl::Start() {
       if (!relay.ok()) return relay;
       if (control_->host_relay()) {
         if (host_ranks[0] == options_.rank && options_.rank != 0) {
-          relay_ = std::make_unique<HostBatch>(host_ranks);
+          leader_ =
+              std::make_unique<LeaderExchange>(host_ranks, control_.get());
         }
         if (Wakeup* doorbell = control_->doorbell()) wakeup_.store(doorbell);
         logger_.Info(absl::StrCat("control plane over TCP; this host's ",
@@ -440,7 +441,7 @@ RuntimeStats RuntimeImpl::stats() const {
   s.tensors_executed = counters_.tensors_executed;
   s.collectives_executed = counters_.collectives_executed;
   s.negotiation_messages_sent =
-      counters_.request_lists_sent + counters_.host_messages_sent;
+      counters_.request_lists_sent + (leader_ ? leader_->messages_sent() : 0);
   s.negotiation_messages_received = counters_.response_lists_received;
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
@@ -459,8 +460,8 @@ std::map<std::string, int64_t> RuntimeImpl::Counters() const {
        counters_.response_lists_received},
       {"board.hits", counters_.board_hits},
       {"board.records_executed", counters_.board_records_executed},
-      {"relay.host_messages_sent", counters_.host_messages_sent},
-      {"relay.host_hits_sent", counters_.host_hits_sent},
+      {"relay.host_messages_sent", leader_ ? leader_->messages_sent() : 0},
+      {"relay.host_hits_sent", leader_ ? leader_->hits_sent() : 0},
       {"relay.host_messages_received", counters_.host_messages_received},
       {"loop.caller_turns", counters_.caller_turns},
       {"loop.caller_turns_completed", counters_.caller_turns_completed},

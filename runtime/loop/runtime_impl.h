@@ -28,6 +28,7 @@
 #include "runtime/loop/backend.h"
 #include "runtime/loop/board_exchange.h"
 #include "runtime/loop/executor.h"
+#include "runtime/loop/leader_exchange.h"
 #include "runtime/loop/tensor_queue.h"
 #include "runtime/negotiation/coordinator.h"
 #include "runtime/negotiation/host_batch.h"
@@ -169,11 +170,6 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   bool CallerTurn(const internal::WorkState& work);
   // One record of the board's log (BoardExchange::Runner::ExecuteIds).
   bool ExecuteBoardIds(const HitBoardShared::Record& record, bool caller);
-  // Note [Host relay] (control/control_plane.h), background thread.
-  // A host leader (not rank 0): sends the host's request lists on when
-  // HostBatch::Due says (the hold is KOLO_CYCLE_TIME); *next_wakeup: when
-  // the held ones must go.
-  void FlushRelay(absl::Time now, absl::Time* next_wakeup);
   // Coordinator: one request list of rank `from` for its set; false after
   // Fatal (the rank is not in the set).
   bool AcceptRequestList(int from, wire::RequestList list, absl::Time now);
@@ -273,19 +269,19 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::vector<const wire::Response*> board_singles_, board_bucket_;
   wire::Response board_response_;
 
-  // Note [Host relay]: the lists this rank holds as its host's leader
-  // (null unless it leads a relaying host; rank 0 takes its host's lists
-  // as the coordinator). Rank 0: what the leaders' messages do (null
-  // unless hosts relay). Background thread only.
-  std::unique_ptr<HostBatch> relay_;
+  // Note [Host relay]: this rank's side as its host's leader (null unless
+  // it leads a relaying host; rank 0 takes its host's lists as the
+  // coordinator). Rank 0: what the leaders' messages do (null unless
+  // hosts relay). Background thread only.
+  std::unique_ptr<LeaderExchange> leader_;
   std::unique_ptr<HostMessages> host_messages_;
 
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},
         request_lists_sent{0}, response_lists_received{0},
         collectives_executed{0}, tensors_executed{0}, board_hits{0},
-        board_records_executed{0}, host_messages_sent{0}, host_hits_sent{0},
-        host_messages_received{0}, caller_turns{0}, caller_turns_completed{0};
+        board_records_executed{0}, host_messages_received{0}, caller_turns{0},
+        caller_turns_completed{0};
     // Options::phase_times (the "phase.*" counters).
     std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
         complete_ns{0}, recycle_ns{0};

@@ -1,0 +1,78 @@
+// LeaderExchange (leader_exchange.h): a host leader's sending on of its
+// host's request lists (Note [Host relay] in runtime/control/control_plane.h).
+#include "runtime/loop/leader_exchange.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kolo {
+
+LeaderExchange::LeaderExchange(std::vector<int> host_ranks,
+                               ControlPlane* control)
+    : batch_(std::move(host_ranks)), control_(control) {}
+
+void LeaderExchange::TakeHostLists(std::vector<ControlEvent>* events,
+                                   absl::Time now) {
+  // The host's lists go on with this rank's own.
+  for (ControlEvent& event : *events) {
+    if (!event.message.has_request_list()) continue;
+    batch_.Add(event.from_rank,
+               std::move(*event.message.mutable_request_list()), now);
+    event.message.Clear();
+  }
+}
+
+absl::Status LeaderExchange::Flush(absl::Time now, absl::Duration hold,
+                                   int cache_capacity,
+                                   const std::function<bool(int64_t)>& gone,
+                                   absl::Time* next_wakeup) {
+  const absl::Time due = batch_.Due(hold);
+  if (now < due) {
+    *next_wakeup = std::min(*next_wakeup, due);
+    return absl::OkStatus();
+  }
+  wire::ControlMessage message;
+  int64_t host_hits = 0;
+  batch_.Take(message.mutable_host_requests(), &host_hits);
+  hits_sent_ += host_hits;
+  // A message stays well under the control channel's frame limit: a large
+  // batch (a first step's full requests from many ranks) goes as several,
+  // in order (the hits in the first, the acks in the last, as in one).
+  constexpr size_t kMaxBytes = 16u << 20;
+  std::vector<wire::ControlMessage> messages;
+  if (message.ByteSizeLong() > kMaxBytes) {
+    wire::HostRequests& all = *message.mutable_host_requests();
+    wire::ControlMessage part;
+    *part.mutable_host_requests()->mutable_ranks() = all.ranks();
+    part.mutable_host_requests()->mutable_host_hits()->Swap(
+        all.mutable_host_hits());
+    size_t bytes = 0;
+    for (wire::RelayedList& l : *all.mutable_lists()) {
+      const size_t n = l.ByteSizeLong();
+      if (bytes > 0 && bytes + n > kMaxBytes) {
+        messages.push_back(std::move(part));
+        part = wire::ControlMessage();
+        *part.mutable_host_requests()->mutable_ranks() = all.ranks();
+        bytes = 0;
+      }
+      part.mutable_host_requests()->add_lists()->Swap(&l);
+      bytes += n;
+    }
+    part.mutable_host_requests()->mutable_acks()->Swap(all.mutable_acks());
+    messages.push_back(std::move(part));
+  } else {
+    messages.push_back(std::move(message));
+  }
+  for (const wire::ControlMessage& m : messages) {
+    ++messages_sent_;
+    absl::Status s = control_->SendToCoordinator(m);
+    if (!s.ok()) return s;
+  }
+  if (batch_.rounds() > 2 * static_cast<size_t>(cache_capacity) + 64) {
+    // A wrong guess costs a hold.
+    batch_.ForgetRounds(gone);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kolo
