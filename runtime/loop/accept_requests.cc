@@ -28,9 +28,9 @@ bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
                      list.process_set(), " it is not a member of")));
     return false;
   }
-  if (board_ && set->id == kGlobalProcessSet) {
-    // Note [Hits on the board]: nothing is half there, half here.
-    board_->Received(*set->coordinator, from, now);
+  // Note [Hits on the board]: nothing is half there, half here.
+  if (set->id == kGlobalProcessSet) {
+    exchange_->Received(*set->coordinator, from, now);
   }
   set->coordinator->AddRequests(static_cast<int>(me - set->ranks.begin()),
                                 std::move(list), now);

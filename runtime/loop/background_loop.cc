@@ -5,9 +5,8 @@
 // (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
 // errors) is in runtime_impl.cc, process sets in process_sets.cc, a
 // caller's turn in caller_turn.cc, the coordinator's taking of request
-// lists in accept_requests.cc; the hit board's side of this rank is a
-// BoardExchange (board_exchange.h), a host leader's a LeaderExchange
-// (leader_exchange.h).
+// lists in accept_requests.cc. How hits are ANDed and lists sent is the
+// job's HitExchange (Note [The exchange] in hit_exchange.h).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -36,15 +35,17 @@ namespace kolo {
 // followed new submissions, it first spins for KOLO_SPIN_TIME, since the
 // answer (or the burst's next submission) usually comes within
 // microseconds and a kernel wake-up costs tens of them. Each pass:
-//  1. sends this rank's new requests, per process set, to the coordinator
-//     (cache ids where the response cache knows them); on one host the
-//     global set's hits go on the hit board instead while it is open
-//     (Note [Hits on the board] in control/hit_board.h), and a rank that
-//     set the last bits of some ids appends them to the board's log;
+//  1. takes this rank's new requests and hands them, per process set, to
+//     the exchange (Note [The exchange] in hit_exchange.h): cache ids where
+//     the response cache knows them, which it ANDs with the other ranks'
+//     (on one host the global set's go on the hit board while it is open,
+//     and a rank that set the last bits of some ids appends them to the
+//     board's log), the rest to the coordinator;
 //  2. rank 0: feeds received request lists to the sets' Coordinators
-//     (closing the board first); other ranks: execute received response
-//     lists in order (the global set's at their marker in the board's log);
-//     every rank: executes the board's log as far as it can;
+//     (closing the board first); a host leader relays its host's lists;
+//     other ranks: execute received response lists in order (on the
+//     board, at their marker in its log); every rank: executes the
+//     exchange's log (the board's) as far as it can;
 //  3. rank 0: for each set with ready names, waits at most KOLO_CYCLE_TIME
 //     from the oldest ready name for more names to complete (only while
 //     some are partially submitted), then fuses, sends and executes a list;
@@ -98,21 +99,15 @@ void RuntimeImpl::BackgroundLoop() {
       }
     }
     SendRequests(absl::Now());
-    if (board_) board_->Execute(&done);  // what this rank's bits completed
+    exchange_->Execute(&done);  // what this rank's hits completed
     if (!fatal_status().ok() || done) break;
     if (control_) {
       std::vector<ControlEvent> events = control_->TakeEvents();
-      if (leader_) {
-        // Note [Host relay]: the host's lists go on with this rank's own.
-        leader_->TakeHostLists(&events, now);
-        absl::Status flushed = leader_->Flush(
-            now, options_.cycle_time, options_.cache_capacity,
-            [&](int64_t id) { return !global_->cache->IsCurrent(id); },
-            &next_wakeup);
-        if (!flushed.ok()) {
-          Fatal(flushed);
-          break;
-        }
+      // A host leader: its host's lists go on with its own.
+      if (absl::Status relayed = exchange_->Relay(&events, now, &next_wakeup);
+          !relayed.ok()) {
+        Fatal(relayed);
+        break;
       }
       for (ControlEvent& event : events) {
         if (coordinator && event.message.has_request_list()) {
@@ -129,11 +124,8 @@ void RuntimeImpl::BackgroundLoop() {
           }
         } else if (!coordinator && event.message.has_response_list()) {
           wire::ResponseList& list = *event.message.mutable_response_list();
-          if (board_) {
-            // Runs at its marker in the board's log.
-            board_->Hold(std::move(list));
-            continue;
-          }
+          // The board's lists run at their markers in its log.
+          if (exchange_->Hold(&list)) continue;
           std::shared_ptr<ProcessSetState> set;
           {
             MutexLock lock(&sets_mu_);
@@ -150,7 +142,7 @@ void RuntimeImpl::BackgroundLoop() {
         if (!fatal_status().ok()) break;
       }
     }
-    if (board_ && !done) board_->Execute(&done);
+    if (!done) exchange_->Execute(&done);
     if (!fatal_status().ok()) break;
     if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
     if (!fatal_status().ok()) break;
@@ -164,7 +156,7 @@ void RuntimeImpl::BackgroundLoop() {
   }
   // A leader whose loop ends before the job's end (an error): its host's
   // ranks must not wait for it.
-  if (leader_ && !done) control_->StopHostRelay();
+  exchange_->LoopEnded(done);
   {
     MutexLock lock(&state_mu_);
     loop_done_ = true;
@@ -251,20 +243,6 @@ void RuntimeImpl::SendRequests(absl::Time now) {
       });
   counters_.cache_hits_sent += hits_taken;
   counters_.requests_sent += requests_taken;
-  if (board_ && (lists.count(kGlobalProcessSet) || send_shutdown)) {
-    // Note [Hits on the board]: the global set's hits go on the board
-    // while it is open; the rest goes to the coordinator.
-    bool send = false;
-    const int64_t set = board_->Hand(
-        &hits[kGlobalProcessSet], lists[kGlobalProcessSet].requests_size() > 0,
-        send_shutdown, &send);
-    if (set < 0) return;
-    counters_.board_hits += set;
-    if (!send) lists.erase(kGlobalProcessSet);
-  }
-  for (auto& [id, ids] : hits) {
-    if (!ids.empty()) AddCacheHits(&ids, &lists[id]);
-  }
   if (send_shutdown) {
     // Leaving the job leaves every set: their coordinators fail whatever
     // this rank never submitted.
@@ -286,23 +264,17 @@ void RuntimeImpl::SendRequests(absl::Time now) {
     ProcessSetState& set = *sets.at(id);
     list.set_process_set(id);
     list.set_acked_seq(set.executed_seq);
-    ++counters_.request_lists_sent;
-    if (options_.rank == 0) {
-      if (board_ && id == kGlobalProcessSet)
-        board_->Close(*set.coordinator, now);
-      set.coordinator->AddRequests(set.rank, std::move(list), now);
-    } else if (leader_) {
-      // Note [Host relay]: sent with the host's (LeaderExchange::Flush).
-      leader_->Add(options_.rank, std::move(list), now);
-    } else {
-      wire::ControlMessage message;
-      *message.mutable_request_list() = std::move(list);
-      absl::Status s = control_->SendToCoordinator(message);
-      if (!s.ok()) {
-        Fatal(s);
-        return;
-      }
+    // Note [The exchange]: the hits ANDed there, the rest to the
+    // coordinator.
+    absl::StatusOr<bool> sent = exchange_->Send(
+        std::move(list), &hits[id],
+        options_.rank == 0 ? set.coordinator.get() : nullptr, set.rank, now);
+    if (!sent.ok()) {
+      Fatal(sent.status());
+      return;
     }
+    if (!fatal_status().ok()) return;
+    if (*sent) ++counters_.request_lists_sent;
   }
 }
 
@@ -315,7 +287,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
   }
   // The global set goes last: at shutdown its list is the final one.
   std::rotate(sets.begin(), sets.begin() + 1, sets.end());
-  if (board_) board_->Tend(*sets.back()->coordinator, now, next_wakeup);
+  exchange_->Tend(*sets.back()->coordinator, now, next_wakeup);
   const bool all_shutdown = sets.back()->coordinator->AllShutdown();
   bool list_deferred = false;  // a set's list waits for room in the log
   ReportShutdownWaiting(*sets.back()->coordinator);
@@ -353,21 +325,17 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
         *next_wakeup = std::min(*next_wakeup, batch_until);
       }
     }
-    if ((emit || (all_shutdown && set->id == kGlobalProcessSet)) && board_) {
-      // Note [Hits on the board]: a list is made once this rank has
-      // executed the board's log to its end (this rank's caches are the
-      // coordinators', which the list changes) and when the log has room
-      // for its marker; the global set's, while the board is closed.
-      if (set->id == kGlobalProcessSet) board_->Close(c, now);
-      board_->Execute(done);
+    if (emit || (all_shutdown && set->id == kGlobalProcessSet)) {
+      // The board's lists wait for the log's end and room in it.
+      const bool ready = exchange_->ReadyForList(c, set->id, now, done);
       if (!fatal_status().ok() || *done) return;
       // The final list never overtakes a list of another set that waits
       // for room (this step's global set comes last).
-      if (!board_->HasRoomForList() || (list_deferred && all_shutdown)) {
+      if (!ready || (list_deferred && all_shutdown)) {
         // The others free room as they execute: wake them all (ranks
         // outside the set have nothing else to wake them), look again.
         list_deferred = true;
-        board_->RingOthers();
+        exchange_->RingOthers();
         *next_wakeup = std::min(*next_wakeup, now + absl::Microseconds(100));
         continue;
       }
@@ -383,12 +351,9 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     }
     *next_wakeup = std::min(*next_wakeup, c.NextTimeout(options_.op_timeout));
   }
-  // The board may have opened after Tend (at a list's marker): it is
-  // looked at while it is open (BoardExchange::CheckLimit).
-  if (board_ && board_->open()) {
-    *next_wakeup = std::min(
-        *next_wakeup, now + board_->CheckLimit(*sets.back()->coordinator));
-  }
+  // (The board may have opened at a list's marker.)
+  *next_wakeup = std::min(*next_wakeup,
+                          exchange_->NextCheck(*sets.back()->coordinator, now));
 }
 
 void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
@@ -413,11 +378,8 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
 
 void RuntimeImpl::SendList(ProcessSetState& set,
                            const wire::ResponseList& list) {
-  // Its marker, where every rank runs it, appended once this rank has
-  // executed the log to its end (it runs the list right here).
-  if (board_ && !board_->AppendList(list, set.id, *global_->coordinator)) {
-    return;
-  }
+  // On the board: its marker, where every rank runs it.
+  if (!exchange_->ListMade(list, set.id, *global_->coordinator)) return;
   if (control_) {
     if (list.shutdown()) control_->MarkShuttingDown();
     wire::ControlMessage message;
@@ -429,7 +391,7 @@ void RuntimeImpl::SendList(ProcessSetState& set,
     }
   }
   if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
-  if (board_) board_->ListExecuted();
+  exchange_->ListExecuted();
 }
 
 void RuntimeImpl::ExecuteList(ProcessSetState& set,
@@ -448,7 +410,7 @@ void RuntimeImpl::ExecuteList(ProcessSetState& set,
 }
 
 bool RuntimeImpl::ExecuteBoardIds(const HitBoardShared::Record& record,
-                                  bool caller) {
+                                  int64_t fusion_threshold_bytes, bool caller) {
   ProcessSetState& global = *global_;
   // Every rank plans the same fusion: the same ids, the same cache (Note
   // [Hits on the board]), the coordinator's threshold.
@@ -470,8 +432,8 @@ bool RuntimeImpl::ExecuteBoardIds(const HitBoardShared::Record& record,
     board_singles_.push_back(cached);
   }
   ++counters_.board_records_executed;
-  const std::vector<std::vector<size_t>> buckets = PlanBuckets(
-      board_singles_, board_->fusion_threshold_bytes(), global.size());
+  const std::vector<std::vector<size_t>> buckets =
+      PlanBuckets(board_singles_, fusion_threshold_bytes, global.size());
   if (clock.on()) counters_.prepare_ns += clock.Lap();
   for (const std::vector<size_t>& bucket : buckets) {
     board_response_.Clear();

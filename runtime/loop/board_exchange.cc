@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/negotiation/response_cache.h"
 #include "runtime/sync/wakeup.h"
 #include "runtime/util/format.h"
 
@@ -43,19 +44,38 @@ void BoardExchange::RingOthers() {
   }
 }
 
-int64_t BoardExchange::Hand(std::vector<int64_t>* ids, bool requests,
-                            bool shutdown, bool* send) {
+absl::StatusOr<bool> BoardExchange::Send(wire::RequestList list,
+                                         std::vector<int64_t>* hits,
+                                         Coordinator* coordinator, int set_rank,
+                                         absl::Time now) {
+  const bool global = list.process_set() == kGlobalProcessSet;
+  if (global) {
+    bool send = false;
+    if (!Hand(hits, list.requests_size() > 0, list.shutdown(), &send) ||
+        !send) {
+      return false;
+    }
+  }
+  if (!hits->empty()) AddCacheHits(hits, &list);
+  if (coordinator && global) Close(*coordinator, now);
+  absl::Status sent =
+      SendToCoordinator(control_, std::move(list), coordinator, set_rank, now);
+  if (!sent.ok()) return sent;
+  return true;
+}
+
+bool BoardExchange::Hand(std::vector<int64_t>* ids, bool requests,
+                         bool shutdown, bool* send) {
   bool published = false;
   bool full = false;  // complete ids left ready: the log is full
-  int64_t set = 0;
   {
-    if (!Lock()) return -1;
+    if (!Lock()) return false;
     HitBoardLock locked(board_);
     if (!ids->empty() && board_->Usable(cursor_)) {
       complete_.clear();
       refused_.clear();
       board_->Set(*ids, internal::MonotonicNanos(), &complete_, &refused_);
-      set = static_cast<int64_t>(ids->size() - refused_.size());
+      hits_set_ += static_cast<int64_t>(ids->size() - refused_.size());
       ids->swap(refused_);
       published = board_->Publish(&complete_);
       if (!published && !complete_.empty()) full = true;
@@ -76,12 +96,19 @@ int64_t BoardExchange::Hand(std::vector<int64_t>* ids, bool requests,
       if (r != rank_ && (full || board_->NeedsRing(r))) control_->Ring(r);
     }
   }
-  return set;
+  return true;
 }
 
-void BoardExchange::Hold(wire::ResponseList list) {
-  const auto key = std::make_pair(list.process_set(), list.seq());
-  lists_.emplace(key, std::move(list));
+bool BoardExchange::Hold(wire::ResponseList* list) {
+  if (rank_ == 0) return false;
+  const auto key = std::make_pair(list->process_set(), list->seq());
+  lists_.emplace(key, std::move(*list));
+  return true;
+}
+
+void BoardExchange::AddCounters(
+    std::map<std::string, int64_t>* counters) const {
+  (*counters)["board.hits"] = hits_set_.load();
 }
 
 void BoardExchange::Execute(bool* done, bool* handed_back) {
@@ -91,7 +118,8 @@ void BoardExchange::Execute(bool* done, bool* handed_back) {
     while (cursor_ < tail) {
       const HitBoardShared::Record& record = board_->record(cursor_);
       if (record.kind == HitBoardShared::kIds) {
-        if (!runner_->ExecuteIds(record, /*caller=*/handed_back != nullptr)) {
+        if (!runner_->ExecuteIds(record, board_->fusion_threshold_bytes(),
+                                 /*caller=*/handed_back != nullptr)) {
           *handed_back = true;
           return;
         }
@@ -223,8 +251,21 @@ void BoardExchange::OpenIfQuietLocked(const Coordinator& global) {
   board_->Open();
 }
 
-bool BoardExchange::AppendList(const wire::ResponseList& list, int process_set,
-                               const Coordinator& global) {
+bool BoardExchange::ReadyForList(Coordinator& global, int process_set,
+                                 absl::Time now, bool* done) {
+  if (process_set == kGlobalProcessSet) Close(global, now);
+  Execute(done);
+  return board_->HasRoom(1);
+}
+
+absl::Time BoardExchange::NextCheck(const Coordinator& global, absl::Time now) {
+  // The board may have opened after Tend (at a list's marker).
+  if (!board_->open()) return absl::InfiniteFuture();
+  return now + CheckLimit(global);
+}
+
+bool BoardExchange::ListMade(const wire::ResponseList& list, int process_set,
+                             const Coordinator& global) {
   // While the board is closed (always for the global set's lists) nobody
   // else appends; while it is open others may append ids, which need this
   // rank's bits too: executing what they appended ends.

@@ -12,8 +12,10 @@
 #ifndef KOLO_RUNTIME_LOOP_BOARD_EXCHANGE_H_
 #define KOLO_RUNTIME_LOOP_BOARD_EXCHANGE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -22,22 +24,24 @@
 #include "kolo/runtime.h"
 #include "runtime/control/control_plane.h"
 #include "runtime/control/hit_board.h"
+#include "runtime/loop/hit_exchange.h"
 #include "runtime/negotiation/coordinator.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
 
-class BoardExchange {
+class BoardExchange : public HitExchange {
  public:
   // What the log runs on (RuntimeImpl: its executor and its fatal error).
   class Runner {
    public:
     virtual ~Runner() = default;
-    // One record of ids: the cached responses, fused by the board's plan.
-    // False, executing nothing, if a `caller` (Note [Caller turns]) must
-    // leave it to the thread (a CUDA tensor).
+    // One record of ids: the cached responses, fused by the board's plan
+    // (PlanBuckets with the coordinator's `fusion_threshold_bytes`, so that
+    // every rank fuses alike). False, executing nothing, if a `caller`
+    // (Note [Caller turns]) must leave it to the thread (a CUDA tensor).
     virtual bool ExecuteIds(const HitBoardShared::Record& record,
-                            bool caller) = 0;
+                            int64_t fusion_threshold_bytes, bool caller) = 0;
     // Whether this rank is a member of `process_set` (false: unknown).
     virtual bool IsMember(int process_set) = 0;
     // Executes a response list of a set this rank is a member of.
@@ -55,70 +59,69 @@ class BoardExchange {
   BoardExchange(HitBoard* board, ControlPlane* control, Runner* runner,
                 Limits limits);
 
-  // --- Every rank.
-  // Sets this rank's bits for the global set's hits `*ids` while the board
-  // is open and this rank has executed the log as far as the coordinator
-  // had written it when it opened; leaves in *ids the ones for the
-  // coordinator (all of them when closed, and any whose slot another id
-  // holds). Appends the ids it completed to the log, ringing the ranks
-  // that must execute them. `*send`: whether a request list of the set
-  // must go to the coordinator all the same (`requests`: it has new
-  // requests; `shutdown`: this rank leaves). Returns the ids set, or -1
-  // (after Fatal) if the board's lock could not be had.
-  int64_t Hand(std::vector<int64_t>* ids, bool requests, bool shutdown,
-               bool* send);
-  // A response list of the global set's or another's, which runs at its
-  // marker in the log (not rank 0, whose own lists run where it sends them).
-  void Hold(wire::ResponseList list);
+  // --- HitExchange, every rank.
+  // The global set's hits go on the board while it is open and this rank
+  // has executed the log as far as the coordinator had written it when it
+  // opened; the rest (all of them while it is closed, and any whose slot
+  // another id holds) go to the coordinator with the list, which is not
+  // sent if it would carry nothing. Ids this rank completed are appended
+  // to the log, ringing the ranks that must execute them. Other sets'
+  // lists go to the coordinator as they are.
+  absl::StatusOr<bool> Send(wire::RequestList list, std::vector<int64_t>* hits,
+                            Coordinator* coordinator, int set_rank,
+                            absl::Time now) override;
+  // Every response list runs at its marker in the log (not on rank 0,
+  // whose own lists run where it makes them).
+  bool Hold(wire::ResponseList* list) override;
   // Executes the log from this rank's cursor as far as the lists it names
-  // have arrived (those of sets this rank is not in are skipped); *done at
-  // the final list. With `handed_back` (a caller's turn): stops, setting
-  // it, at a record the caller leaves to the thread (a list's marker, a
-  // CUDA tensor).
-  void Execute(bool* done, bool* handed_back = nullptr);
-  // Note [Caller turns]: a rank whose caller polls the log needs no ring
-  // for ids.
-  void SetPolling(bool polling) { board_->SetPolling(polling); }
+  // have arrived (those of sets this rank is not in are skipped).
+  void Execute(bool* done, bool* handed_back = nullptr) override;
+  bool Polled() const override { return true; }
+  void SetPolling(bool polling) override { board_->SetPolling(polling); }
   // The log holds records this rank has not executed, or ids wait for
   // room in it.
-  bool Behind() const {
+  bool Behind() const override {
     return cursor_ != board_->tail() || board_->ready_pending();
   }
+  void AddCounters(std::map<std::string, int64_t>* counters) const override;
 
-  // The coordinator's fusion threshold, by which every rank fuses the
-  // records' responses alike.
-  int64_t fusion_threshold_bytes() const {
-    return board_->fusion_threshold_bytes();
-  }
+  // --- HitExchange, rank 0 (the coordinator).
+  // The board is closed first: nothing is half there, half here.
+  void Received(Coordinator& global, int from, absl::Time now) override;
+  // Opens the board again once negotiation of the set is quiet, and moves
+  // old partly set ids to the coordinator for its time-outs and stall
+  // reports.
+  void Tend(Coordinator& global, absl::Time now,
+            absl::Time* next_wakeup) override;
+  // A list is made once this rank has executed the log to its end (this
+  // rank's caches are the coordinators', which the list changes) and when
+  // the log has room for its marker; the global set's while the board is
+  // closed.
+  bool ReadyForList(Coordinator& global, int process_set, absl::Time now,
+                    bool* done) override;
+  void RingOthers() override;
+  // Appends the list's marker (it runs here right after, at its marker);
+  // the global set's list opens the board again if it leaves `global`
+  // quiet.
+  bool ListMade(const wire::ResponseList& list, int process_set,
+                const Coordinator& global) override;
+  void ListExecuted() override { board_->Executed(++cursor_); }
+  // While the board is open, rank 0 looks at it at least every CheckLimit.
+  absl::Time NextCheck(const Coordinator& global, absl::Time now) override;
 
-  // --- Rank 0 (the coordinator).
-  bool open() const { return board_->open(); }
+ private:
+  // Sets this rank's bits for the global set's hits `*ids`, leaving in
+  // *ids the ones for the coordinator, and appends completed ids to the
+  // log. `*send`: whether a request list must go to the coordinator all
+  // the same (`requests`: it has new requests; `shutdown`: this rank
+  // leaves). False (after Fatal) if the board's lock could not be had.
+  bool Hand(std::vector<int64_t>* ids, bool requests, bool shutdown,
+            bool* send);
   // Closes the board: its bits become the ranks' hits in `global`, as if
   // each had come in a request list when its id's first bit was set.
   void Close(Coordinator& global, absl::Time now);
-  // A request list of the global set from rank `from`: the board is closed
-  // first (nothing is half there, half here).
-  void Received(Coordinator& global, int from, absl::Time now);
-  // Opens the board again once negotiation of the set is quiet, and moves
-  // old partly set ids to the coordinator for its time-outs and stall
-  // reports; *next_wakeup: when to look again.
-  void Tend(Coordinator& global, absl::Time now, absl::Time* next_wakeup);
   // How often rank 0 looks at an open board: its earliest check.
   absl::Duration CheckLimit(const Coordinator& global) const;
-  // The log has room for a list's marker (once seen, it stays: only rank
-  // 0 appends markers, and ids leave one record free).
-  bool HasRoomForList() const { return board_->HasRoom(1); }
-  // Wakes every other rank (to execute the log and so free room in it).
-  void RingOthers();
-  // Appends the marker of response list `list` of `process_set` once this
-  // rank has executed the log to its end (it runs the list right after, at
-  // its marker, and calls ListExecuted); the global set's list opens the
-  // board again if it leaves `global` quiet. False after Fatal.
-  bool AppendList(const wire::ResponseList& list, int process_set,
-                  const Coordinator& global);
-  void ListExecuted() { board_->Executed(++cursor_); }
-
- private:
   // Takes the board's lock, for a HitBoardLock to hold; false (after
   // Fatal) if the job ended first or the op timeout passed.
   bool Lock() KOLO_TRY_ACQUIRE(true, board_);
@@ -137,6 +140,7 @@ class BoardExchange {
   std::map<std::pair<int, int64_t>, wire::ResponseList> lists_;
   // Rank 0: request lists received per rank.
   std::vector<uint64_t> received_;
+  std::atomic<int64_t> hits_set_{0};  // "board.hits"
   // Storage kept from one call to the next.
   std::vector<int64_t> complete_, refused_;
   std::vector<HitBoard::Pulled> pulled_;

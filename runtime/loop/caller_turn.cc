@@ -36,7 +36,7 @@ namespace kolo {
 // The call's timeout bounds its wait for the other ranks; a collective
 // that started runs to its end (or its error) on whichever thread runs it.
 bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
-  if (!board_ || leader_ || options_.spin_time <= absl::ZeroDuration() ||
+  if (!exchange_->Polled() || options_.spin_time <= absl::ZeroDuration() ||
       !accepting_ || shutdown_requested_ ||
       turn_->thread_waits.load(std::memory_order_relaxed)) {
     return false;
@@ -50,14 +50,14 @@ bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
     Notify();  // The coordinator's part is the thread's.
     return true;
   }
-  board_->SetPolling(true);
+  exchange_->SetPolling(true);
   bool handed_back = false;
   bool done = false;
   try {
     SpinUntil(
         [&] {
           if (work.IsCompleted()) return true;
-          board_->Execute(&done, &handed_back);
+          exchange_->Execute(&done, &handed_back);
           return work.IsCompleted() || handed_back || done || !accepting_ ||
                  wakeup.Epoch() != epoch ||
                  turn_->thread_waits.load(std::memory_order_relaxed);
@@ -65,15 +65,15 @@ bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
         options_.spin_time);
   } catch (...) {
     // (An output allocator of another thread's collective in the record.)
-    board_->SetPolling(false);
+    exchange_->SetPolling(false);
     throw;
   }
-  board_->SetPolling(false);
+  exchange_->SetPolling(false);
   // The thread takes over whatever is left: records appended while this
   // rank polled came without a ring, and the entry this caller queued
   // quietly has its time-out (and, on rank 0, the board's checks) only in
   // the thread's passes.
-  if (!work.IsCompleted() || handed_back || done || board_->Behind()) {
+  if (!work.IsCompleted() || handed_back || done || exchange_->Behind()) {
     Notify();
   }
   return true;

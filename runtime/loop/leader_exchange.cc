@@ -5,14 +5,34 @@
 #include <algorithm>
 #include <utility>
 
+#include "runtime/negotiation/response_cache.h"
+
 namespace kolo {
 
 LeaderExchange::LeaderExchange(std::vector<int> host_ranks,
-                               ControlPlane* control)
-    : batch_(std::move(host_ranks)), control_(control) {}
+                               ControlPlane* control, Batching batching)
+    : rank_(host_ranks.at(0)),
+      batch_(std::move(host_ranks)),
+      control_(control),
+      batching_(std::move(batching)) {}
 
-void LeaderExchange::TakeHostLists(std::vector<ControlEvent>* events,
-                                   absl::Time now) {
+absl::StatusOr<bool> LeaderExchange::Send(wire::RequestList list,
+                                          std::vector<int64_t>* hits,
+                                          Coordinator* coordinator,
+                                          int set_rank, absl::Time now) {
+  if (!hits->empty()) AddCacheHits(hits, &list);
+  batch_.Add(rank_, std::move(list), now);  // sent by Relay
+  return true;
+}
+
+void LeaderExchange::AddCounters(
+    std::map<std::string, int64_t>* counters) const {
+  (*counters)["relay.host_messages_sent"] = messages_sent_.load();
+  (*counters)["relay.host_hits_sent"] = hits_sent_.load();
+}
+
+absl::Status LeaderExchange::Relay(std::vector<ControlEvent>* events,
+                                   absl::Time now, absl::Time* next_wakeup) {
   // The host's lists go on with this rank's own.
   for (ControlEvent& event : *events) {
     if (!event.message.has_request_list()) continue;
@@ -20,13 +40,7 @@ void LeaderExchange::TakeHostLists(std::vector<ControlEvent>* events,
                std::move(*event.message.mutable_request_list()), now);
     event.message.Clear();
   }
-}
-
-absl::Status LeaderExchange::Flush(absl::Time now, absl::Duration hold,
-                                   int cache_capacity,
-                                   const std::function<bool(int64_t)>& gone,
-                                   absl::Time* next_wakeup) {
-  const absl::Time due = batch_.Due(hold);
+  const absl::Time due = batch_.Due(batching_.hold);
   if (now < due) {
     *next_wakeup = std::min(*next_wakeup, due);
     return absl::OkStatus();
@@ -68,9 +82,10 @@ absl::Status LeaderExchange::Flush(absl::Time now, absl::Duration hold,
     absl::Status s = control_->SendToCoordinator(m);
     if (!s.ok()) return s;
   }
-  if (batch_.rounds() > 2 * static_cast<size_t>(cache_capacity) + 64) {
+  if (batch_.rounds() >
+      2 * static_cast<size_t>(batching_.cache_capacity) + 64) {
     // A wrong guess costs a hold.
-    batch_.ForgetRounds(gone);
+    batch_.ForgetRounds(batching_.gone);
   }
   return absl::OkStatus();
 }

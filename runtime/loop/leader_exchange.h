@@ -13,43 +13,55 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "runtime/control/control_plane.h"
+#include "runtime/loop/hit_exchange.h"
 #include "runtime/negotiation/host_batch.h"
 #include "runtime/wire.pb.h"
 
 namespace kolo {
 
-class LeaderExchange {
+class LeaderExchange : public HitExchange {
  public:
+  struct Batching {
+    absl::Duration hold;  // the longest a list is held (KOLO_CYCLE_TIME)
+    int cache_capacity;   // KOLO_CACHE_CAPACITY
+    // This rank's cache no longer has the id: the host's ranks, which run
+    // the same lists, will not send it again (HostBatch::ForgetRounds).
+    std::function<bool(int64_t)> gone;
+  };
   // `host_ranks`: the host's ranks, ascending, this rank first.
-  LeaderExchange(std::vector<int> host_ranks, ControlPlane* control);
+  LeaderExchange(std::vector<int> host_ranks, ControlPlane* control,
+                 Batching batching);
 
-  // A request list of rank `rank` of the host (this one's included).
-  void Add(int rank, wire::RequestList list, absl::Time now) {
-    batch_.Add(rank, std::move(list), now);
+  // This rank's list joins its host's, its hits added to it (the batch
+  // takes out the ones every rank of the host sent).
+  absl::StatusOr<bool> Send(wire::RequestList list, std::vector<int64_t>* hits,
+                            Coordinator* coordinator, int set_rank,
+                            absl::Time now) override;
+  // Takes the host's request lists out of `events` and sends the held
+  // lists on when they are due (at most `hold` after the first arrived:
+  // HostBatch::Due).
+  absl::Status Relay(std::vector<ControlEvent>* events, absl::Time now,
+                     absl::Time* next_wakeup) override;
+  // A leader whose loop ends before the job's end (an error): its host's
+  // ranks must not wait for it.
+  void LoopEnded(bool done) override {
+    if (!done) control_->StopHostRelay();
   }
-  // Moves the host's request lists out of `events` into the batch.
-  void TakeHostLists(std::vector<ControlEvent>* events, absl::Time now);
-  // Sends the held lists on when they are due (at most `hold` after the
-  // first arrived: HostBatch::Due); *next_wakeup: when the held ones must
-  // go. `gone(id)`: this rank's cache no longer has the id (the host's
-  // ranks, which run the same lists, will not send it again); the batch
-  // forgets such ids' rounds from time to time, after `cache_capacity`.
-  absl::Status Flush(absl::Time now, absl::Duration hold, int cache_capacity,
-                     const std::function<bool(int64_t)>& gone,
-                     absl::Time* next_wakeup);
-
-  int64_t messages_sent() const { return messages_sent_.load(); }
-  int64_t hits_sent() const { return hits_sent_.load(); }
+  void AddCounters(std::map<std::string, int64_t>* counters) const override;
 
  private:
+  const int rank_;
   HostBatch batch_;
   ControlPlane* const control_;
-  // Read by stats() on caller threads.
+  const Batching batching_;
+  // Read by Counters() on caller threads.
   std::atomic<int64_t> messages_sent_{0}, hits_sent_{0};
 };
 

@@ -10,6 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/api/work_state.h"
+#include "runtime/loop/coordinator_exchange.h"
+#include "runtime/loop/leader_exchange.h"
 #include "runtime/negotiation/fusion.h"
 #include "runtime/net/sha256.h"
 #include "runtime/rendezvous/tcp_store.h"
@@ -292,8 +294,13 @@ absl::Status RuntimeImpl::Start() {
       if (!relay.ok()) return relay;
       if (control_->host_relay()) {
         if (host_ranks[0] == options_.rank && options_.rank != 0) {
-          leader_ =
-              std::make_unique<LeaderExchange>(host_ranks, control_.get());
+          exchange_ = std::make_unique<LeaderExchange>(
+              host_ranks, control_.get(),
+              LeaderExchange::Batching{options_.cycle_time,
+                                       options_.cache_capacity,
+                                       [this](int64_t id) {
+                                         return !global_->cache->IsCurrent(id);
+                                       }});
         }
         if (Wakeup* doorbell = control_->doorbell()) wakeup_.store(doorbell);
         logger_.Info(absl::StrCat("control plane over TCP; this host's ",
@@ -315,7 +322,7 @@ absl::Status RuntimeImpl::Start() {
           options_.fusion_threshold_bytes);
       if (!shm.ok()) return shm;
       if (HitBoard* board = control_->hit_board()) {
-        board_ = std::make_unique<BoardExchange>(
+        exchange_ = std::make_unique<BoardExchange>(
             board, control_.get(), &board_runner_,
             BoardExchange::Limits{options_.op_timeout,
                                   options_.stall_check_time,
@@ -331,6 +338,10 @@ absl::Status RuntimeImpl::Start() {
                                                          ? "shared memory"
                                                          : "TCP"));
   }
+  // Note [The exchange]: the board or a host leader's relay where the
+  // control plane set one up, else through the coordinator.
+  if (!exchange_)
+    exchange_ = std::make_unique<CoordinatorExchange>(control_.get());
   RegisterProcessSet(kGlobalProcessSet, all);
   {
     MutexLock lock(&sets_mu_);
@@ -441,7 +452,8 @@ RuntimeStats RuntimeImpl::stats() const {
   s.tensors_executed = counters_.tensors_executed;
   s.collectives_executed = counters_.collectives_executed;
   s.negotiation_messages_sent =
-      counters_.request_lists_sent + (leader_ ? leader_->messages_sent() : 0);
+      counters_.request_lists_sent +
+      Counters().at("relay.host_messages_sent");  // (rarely called)
   s.negotiation_messages_received = counters_.response_lists_received;
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
@@ -458,10 +470,10 @@ std::map<std::string, int64_t> RuntimeImpl::Counters() const {
       {"negotiation.request_lists_sent", counters_.request_lists_sent},
       {"negotiation.response_lists_received",
        counters_.response_lists_received},
-      {"board.hits", counters_.board_hits},
+      {"board.hits", 0},
       {"board.records_executed", counters_.board_records_executed},
-      {"relay.host_messages_sent", leader_ ? leader_->messages_sent() : 0},
-      {"relay.host_hits_sent", leader_ ? leader_->hits_sent() : 0},
+      {"relay.host_messages_sent", 0},
+      {"relay.host_hits_sent", 0},
       {"relay.host_messages_received", counters_.host_messages_received},
       {"loop.caller_turns", counters_.caller_turns},
       {"loop.caller_turns_completed", counters_.caller_turns_completed},
@@ -471,6 +483,7 @@ std::map<std::string, int64_t> RuntimeImpl::Counters() const {
       {"phase.complete_ns", counters_.complete_ns},
       {"phase.recycle_ns", counters_.recycle_ns},
   };
+  if (exchange_) exchange_->AddCounters(&c);
   // The loop waits on one of the two (Wait: one thread at a time).
   const Wakeup* loop_wakeup = wakeup_.load();
   int64_t sleeps = own_wakeup_.sleeps();

@@ -28,7 +28,7 @@
 #include "runtime/loop/backend.h"
 #include "runtime/loop/board_exchange.h"
 #include "runtime/loop/executor.h"
-#include "runtime/loop/leader_exchange.h"
+#include "runtime/loop/hit_exchange.h"
 #include "runtime/loop/tensor_queue.h"
 #include "runtime/negotiation/coordinator.h"
 #include "runtime/negotiation/host_batch.h"
@@ -169,7 +169,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
   // One record of the board's log (BoardExchange::Runner::ExecuteIds).
-  bool ExecuteBoardIds(const HitBoardShared::Record& record, bool caller);
+  bool ExecuteBoardIds(const HitBoardShared::Record& record,
+                       int64_t fusion_threshold_bytes, bool caller);
   // Coordinator: one request list of rank `from` for its set; false after
   // Fatal (the rank is not in the set).
   bool AcceptRequestList(int from, wire::RequestList list, absl::Time now);
@@ -245,15 +246,17 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::map<int, std::vector<int64_t>> hits_to_send_;
   // The global set (registered by Start, never removed).
   std::shared_ptr<ProcessSetState> global_;
-  // Note [Hits on the board]: the global set's hits over shared memory, or
-  // null (control over TCP, one rank, KOLO_HIT_BOARD=0 on rank 0); what
-  // its log runs on. Background thread (the loop's turn).
+  // Note [The exchange] (hit_exchange.h): how this rank's hits are ANDed
+  // with the others' and its request lists sent, on this job's transport.
+  // Set by Start; background thread (the loop's turn), counters any.
+  std::unique_ptr<HitExchange> exchange_;
+  // What a BoardExchange's log runs on (Note [Hits on the board]).
   class BoardRunner : public BoardExchange::Runner {
    public:
     explicit BoardRunner(RuntimeImpl* impl) : impl_(impl) {}
     bool ExecuteIds(const HitBoardShared::Record& record,
-                    bool caller) override {
-      return impl_->ExecuteBoardIds(record, caller);
+                    int64_t fusion_threshold_bytes, bool caller) override {
+      return impl_->ExecuteBoardIds(record, fusion_threshold_bytes, caller);
     }
     bool IsMember(int process_set) override;
     void ExecuteList(int process_set, const wire::ResponseList& list) override;
@@ -264,24 +267,19 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
     RuntimeImpl* const impl_;
   };
   BoardRunner board_runner_{this};
-  std::unique_ptr<BoardExchange> board_;
   // ExecuteBoardIds' storage, kept from record to record.
   std::vector<const wire::Response*> board_singles_, board_bucket_;
   wire::Response board_response_;
 
-  // Note [Host relay]: this rank's side as its host's leader (null unless
-  // it leads a relaying host; rank 0 takes its host's lists as the
-  // coordinator). Rank 0: what the leaders' messages do (null unless
+  // Note [Host relay], rank 0: what the leaders' messages do (null unless
   // hosts relay). Background thread only.
-  std::unique_ptr<LeaderExchange> leader_;
   std::unique_ptr<HostMessages> host_messages_;
 
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},
         request_lists_sent{0}, response_lists_received{0},
-        collectives_executed{0}, tensors_executed{0}, board_hits{0},
-        board_records_executed{0}, host_messages_received{0}, caller_turns{0},
-        caller_turns_completed{0};
+        collectives_executed{0}, tensors_executed{0}, board_records_executed{0},
+        host_messages_received{0}, caller_turns{0}, caller_turns_completed{0};
     // Options::phase_times (the "phase.*" counters).
     std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
         complete_ns{0}, recycle_ns{0};

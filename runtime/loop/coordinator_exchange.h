@@ -1,0 +1,28 @@
+// CoordinatorExchange: the exchange through the coordinator (Note [The
+// exchange] in hit_exchange.h), for any job: a rank's hits travel as cache
+// ids in its request list, and the coordinator ANDs them. Rank 0 on every
+// transport but the board uses it, and every rank of a job whose control
+// plane is TCP without host leaders, or that has one rank.
+#ifndef KOLO_RUNTIME_LOOP_COORDINATOR_EXCHANGE_H_
+#define KOLO_RUNTIME_LOOP_COORDINATOR_EXCHANGE_H_
+
+#include "runtime/loop/hit_exchange.h"
+
+namespace kolo {
+
+class CoordinatorExchange : public HitExchange {
+ public:
+  // `control`: null in a job of one rank.
+  explicit CoordinatorExchange(ControlPlane* control) : control_(control) {}
+
+  absl::StatusOr<bool> Send(wire::RequestList list, std::vector<int64_t>* hits,
+                            Coordinator* coordinator, int set_rank,
+                            absl::Time now) override;
+
+ private:
+  ControlPlane* const control_;
+};
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_LOOP_COORDINATOR_EXCHANGE_H_

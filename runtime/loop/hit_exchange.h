@@ -1,0 +1,132 @@
+// HitExchange: how a rank's cache hits are ANDed with the other ranks'
+// (Note [The exchange]), and the interface through which the background
+// loop sends every request list. Three transports implement it, one per
+// job and rank, chosen at start:
+//   CoordinatorExchange (coordinator_exchange.h)  through the coordinator
+//   BoardExchange       (board_exchange.h)        one host's shared memory
+//   LeaderExchange      (leader_exchange.h)       pre-ANDed by host leaders
+//
+// Threads: whoever holds the loop's turn (Note [Caller turns] in
+// caller_turn.cc), one thread at a time; counters are read by any thread.
+#ifndef KOLO_RUNTIME_LOOP_HIT_EXCHANGE_H_
+#define KOLO_RUNTIME_LOOP_HIT_EXCHANGE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "runtime/control/control_plane.h"
+#include "runtime/negotiation/coordinator.h"
+#include "runtime/wire.pb.h"
+
+namespace kolo {
+
+// Note [The exchange]
+// In steady state negotiation asks one question of each cached request:
+// has every rank of the set submitted it? A rank answers its part with a
+// cache hit (an id its response cache knows), and the exchange ANDs the
+// ranks' hits:
+//  - through the coordinator (any job): hits travel as cache ids in the
+//    rank's request list, the coordinator ANDs them (Coordinator's hit
+//    table) and its response list names the ids every rank sent;
+//  - on the hit board (one host: Note [Hits on the board] in
+//    control/hit_board.h): the global set's hits are bits in shared
+//    memory, whoever sets an id's last bit appends it to the board's log,
+//    and every rank executes that log from its own cursor, the coordinator
+//    taking no part while the board is open;
+//  - through host leaders (several hosts: Note [Host relay] in
+//    control/control_plane.h): a host's ranks send their lists to their
+//    leader, which sends once for the host the hits that every rank of the
+//    host sent, so the coordinator ANDs hosts rather than ranks.
+// Whatever the exchange does not AND itself (requests that are not hits,
+// the board's refused or late ids, a shutdown) goes to the coordinator in a
+// request list: it stays the source of truth for validation and errors.
+// The loop reads the same on every transport: take the requests, hand
+// each set's hits and list to the exchange, execute what came back (the
+// coordinator's response lists; on the board, its log).
+class HitExchange {
+ public:
+  virtual ~HitExchange() = default;
+
+  // --- Every rank.
+  // Sends this rank's `list` of its set: `*hits`, the cache ids of its
+  // cached requests (the exchange ANDs them or adds them to the list; it
+  // leaves *hits as storage), and the list's requests. `coordinator`: the
+  // set's on rank 0, else null. False if nothing needed sending (the board
+  // took every hit); an error fails the job.
+  virtual absl::StatusOr<bool> Send(wire::RequestList list,
+                                    std::vector<int64_t>* hits,
+                                    Coordinator* coordinator, int set_rank,
+                                    absl::Time now) = 0;
+  // A pass's control messages that are the exchange's (a leader takes its
+  // host's request lists out of `events`); sends what is due. *next_wakeup:
+  // when to come back.
+  virtual absl::Status Relay(std::vector<ControlEvent>* events, absl::Time now,
+                             absl::Time* next_wakeup) {
+    return absl::OkStatus();
+  }
+  // A response list from the coordinator: true if the exchange keeps it to
+  // run where its log says (the board: at its marker); false: the loop runs
+  // it now.
+  virtual bool Hold(wire::ResponseList* list) { return false; }
+  // Executes what the exchange ANDed (the board's log) as far as it can;
+  // *done at the job's final list. With `handed_back` (a caller's turn:
+  // Note [Caller turns]): stops, setting it, at what only the thread runs.
+  virtual void Execute(bool* done, bool* handed_back = nullptr) {}
+  // A caller may run this rank's loop turn and execute the ANDed hits
+  // itself (Note [Caller turns]): the exchange has a log it can poll.
+  virtual bool Polled() const { return false; }
+  // While true, a rank that completes ids need not ring this one.
+  virtual void SetPolling(bool polling) {}
+  // There is more to execute than this rank has (a caller's turn leaves it
+  // to the thread).
+  virtual bool Behind() const { return false; }
+  // The loop ended (`done`: at the job's final list); the exchange tells
+  // whoever waits on this rank otherwise.
+  virtual void LoopEnded(bool done) {}
+  // Adds the exchange's counters (docs/tuning.md) to `counters`.
+  virtual void AddCounters(std::map<std::string, int64_t>* counters) const {}
+
+  // --- Rank 0, the coordinator, with `global` the global set's.
+  // A request list of rank `from` for the global set is about to be added:
+  // hits the exchange holds go to the coordinator first.
+  virtual void Received(Coordinator& global, int from, absl::Time now) {}
+  // Each coordinator step, before the sets' lists: the exchange's own
+  // checks; *next_wakeup: when to come back.
+  virtual void Tend(Coordinator& global, absl::Time now,
+                    absl::Time* next_wakeup) {}
+  // Before a response list of `process_set` is made: false if it must wait
+  // (the board's log has no room for its marker; the other ranks make room
+  // as they execute: RingOthers). *done: the job ended meanwhile.
+  virtual bool ReadyForList(Coordinator& global, int process_set,
+                            absl::Time now, bool* done) {
+    return true;
+  }
+  // Wakes every other rank (to execute, and so make room).
+  virtual void RingOthers() {}
+  // Before the list is sent and run here (false after Fatal), and after it
+  // ran here.
+  virtual bool ListMade(const wire::ResponseList& list, int process_set,
+                        const Coordinator& global) {
+    return true;
+  }
+  virtual void ListExecuted() {}
+  // After the step's lists: when the coordinator must look again.
+  virtual absl::Time NextCheck(const Coordinator& global, absl::Time now) {
+    return absl::InfiniteFuture();
+  }
+};
+
+// Rank 0 adds the list to the set's coordinator; any other rank sends it
+// to rank 0. The transports' common last step.
+absl::Status SendToCoordinator(ControlPlane* control, wire::RequestList list,
+                               Coordinator* coordinator, int set_rank,
+                               absl::Time now);
+
+}  // namespace kolo
+
+#endif  // KOLO_RUNTIME_LOOP_HIT_EXCHANGE_H_
