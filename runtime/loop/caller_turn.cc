@@ -1,7 +1,6 @@
 // A caller's turn of the loop (Note [Caller turns]): a blocking call that
 // submits and runs the loop's pass itself. Methods of RuntimeImpl
 // (runtime_impl.h).
-#include <exception>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -53,21 +52,15 @@ bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
   exchange_->SetPolling(true);
   bool handed_back = false;
   bool done = false;
-  try {
-    SpinUntil(
-        [&] {
-          if (work.IsCompleted()) return true;
-          exchange_->Execute(&done, &handed_back);
-          return work.IsCompleted() || handed_back || done || !accepting_ ||
-                 wakeup.Epoch() != epoch ||
-                 turn_->thread_waits.load(std::memory_order_relaxed);
-        },
-        options_.spin_time);
-  } catch (...) {
-    // (An output allocator of another thread's collective in the record.)
-    exchange_->SetPolling(false);
-    throw;
-  }
+  SpinUntil(
+      [&] {
+        if (work.IsCompleted()) return true;
+        exchange_->Execute(&done, &handed_back);
+        return work.IsCompleted() || handed_back || done || !accepting_ ||
+               wakeup.Epoch() != epoch ||
+               turn_->thread_waits.load(std::memory_order_relaxed);
+      },
+      options_.spin_time);
   exchange_->SetPolling(false);
   // The thread takes over whatever is left: records appended while this
   // rank polled came without a ring, and the entry this caller queued
@@ -97,23 +90,9 @@ BlockingResult RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
     result.status = work->Wait(timeout);
     return result;
   }
-  bool turned = false;
-  try {
-    if (turn_->loop_running) turned = CallerTurn(*work);
-  } catch (const std::exception& e) {
-    // What the thread would have died of: the job fails, saying so.
-    Fatal(absl::InternalError(
-        absl::StrCat("rank ", options_.rank, ": ", e.what(),
-                     " (thrown by a collective run on a caller's thread)")));
-    turn_->mu.Unlock();
-    throw;
-  } catch (...) {
-    Fatal(absl::InternalError(absl::StrCat(
-        "rank ", options_.rank,
-        ": an exception escaped a collective run on a caller's thread")));
-    turn_->mu.Unlock();
-    throw;
-  }
+  // (Nothing a turn runs throws: a program's output allocator is called
+  // through the executor, which turns what it throws into a status.)
+  const bool turned = turn_->loop_running && CallerTurn(*work);
   if (turned) {
     ++counters_.caller_turns;
     if (work->IsCompleted()) ++counters_.caller_turns_completed;

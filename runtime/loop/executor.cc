@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstring>
+#include <exception>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -59,6 +60,23 @@ bool Overlapping(const std::vector<FusedPiece>& pieces, size_t elem) {
 void CompleteAll(std::vector<std::unique_ptr<TensorEntry>>& entries,
                  const absl::Status& status) {
   for (auto& e : entries) e->Complete(status);
+}
+
+// A program's output allocator (a frontend's: at::empty) is the one piece
+// of a program's code that runs inside the runtime, on whichever thread
+// executes the collective (the background thread, or a caller in the
+// loop's turn: Note [Caller turns]). What it throws stops here and becomes
+// the status of its collective (STYLE rule 3: no exception crosses the
+// runtime); the rank still takes part.
+absl::StatusOr<void*> Allocate(const OutputAllocator& allocator,
+                               const std::vector<int64_t>& shape) {
+  try {
+    return allocator(shape);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("it threw: ", e.what()));
+  } catch (...) {
+    return absl::InternalError("it threw an exception");
+  }
 }
 
 }  // namespace
@@ -485,7 +503,7 @@ absl::Status Executor::Allgather(
     const size_t bytes = total_rows * row_bytes[i];
     absl::StatusOr<void*> out =
         entries[i]->allocator
-            ? entries[i]->allocator(shape)
+            ? Allocate(entries[i]->allocator, shape)
             : absl::StatusOr<void*>(FallbackOutput(bytes, temps));
     if (out.ok() && (*out != nullptr || bytes == 0)) {
       outputs[i] = *out;
@@ -572,7 +590,7 @@ absl::Status Executor::Alltoall(const wire::Response& r, TensorEntry& e,
   shape[0] = rows;
   const size_t bytes = rows * row_bytes;
   absl::StatusOr<void*> out =
-      e.allocator ? e.allocator(shape)
+      e.allocator ? Allocate(e.allocator, shape)
                   : absl::StatusOr<void*>(FallbackOutput(bytes, temps));
   void* output = nullptr;
   if (out.ok() && (*out != nullptr || bytes == 0)) {

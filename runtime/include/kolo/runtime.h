@@ -73,9 +73,12 @@ struct BroadcastRequest {
   absl::Duration timeout = absl::ZeroDuration();  // As AllreduceRequest's.
 };
 
-// Called on the background thread once the output shape is known; returns
-// memory for at least prod(shape) elements of the request's dtype, on the
-// request's device, that stays valid until the Work completes.
+// Called by the runtime (on its background thread, or on a thread in a
+// blocking call) once the output shape is known; returns memory for at
+// least prod(shape) elements of the request's dtype, on the request's
+// device, that stays valid until the Work completes. An error it returns,
+// or an exception it throws, fails that collective's Work with a message
+// naming the tensor; the job goes on.
 using OutputAllocator =
     std::function<absl::StatusOr<void*>(const std::vector<int64_t>& shape)>;
 

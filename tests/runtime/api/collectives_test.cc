@@ -7,6 +7,7 @@
 #include <cmath>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -259,6 +260,47 @@ TEST_P(Collectives, AllgatherUnevenFirstDimension) {
       EXPECT_EQ(out[t], want) << "tensor " << t << " on rank " << r;
       EXPECT_EQ(works[t].received_splits(), splits);
     }
+  });
+  testing::ShutdownJob(rts);
+}
+
+TEST_P(Collectives, AnAllocatorThatThrowsFailsItsCollectiveAndTheJobGoesOn) {
+  const int n = size();
+  auto rts = testing::StartJob(GetParam());
+  OnEachRank(n, [&](int r) {
+    const bool thrower = r == n - 1;
+    std::vector<float> in = {static_cast<float>(r), 1.0f}, out;
+    AllgatherRequest req;
+    req.name = "thrown";
+    req.input = TensorView(in.data(), DataType::kFloat32, {2});
+    req.allocator =
+        [&](const std::vector<int64_t>& shape) -> absl::StatusOr<void*> {
+      if (thrower) throw std::runtime_error("no room for the gather");
+      out.resize(shape[0]);
+      return static_cast<void*>(out.data());
+    };
+    auto w = rts[r]->Allgather(req);
+    ASSERT_TRUE(w.ok()) << w.status();
+    const absl::Status s = w->Wait(absl::Seconds(60));
+    if (thrower) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+      EXPECT_NE(s.message().find("allgather \"thrown\": output allocator "
+                                 "failed: it threw: no room for the gather"),
+                std::string::npos)
+          << s;
+    } else {
+      ASSERT_TRUE(s.ok()) << s;
+      ASSERT_EQ(out.size(), 2u * n);
+      for (int k = 0; k < n; ++k) EXPECT_EQ(out[2 * k], k) << "rank " << r;
+    }
+    // The job goes on: a blocking allreduce on every rank.
+    float x = 1.0f;
+    AllreduceRequest after;
+    after.name = "after";
+    after.input = after.output = TensorView(&x, DataType::kFloat32, {1});
+    BlockingResult done = rts[r]->AllreduceAndWait(after, absl::Seconds(60));
+    ASSERT_TRUE(done.status.ok()) << done.status;
+    EXPECT_EQ(x, n);
   });
   testing::ShutdownJob(rts);
 }

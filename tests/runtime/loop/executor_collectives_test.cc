@@ -5,6 +5,7 @@
 // the others are unaffected).
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -213,6 +214,36 @@ TEST(ExecutorTest, AllgatherAllocatorReturningNullFailsThatEntry) {
                 HasSubstr("allgather \"g\": output allocator failed: "
                           "allocator returned null"));
     EXPECT_THAT(backend.calls, ElementsAre("Allgatherv(8,12)"));
+  }
+  EXPECT_EQ(backend.live(), 0);
+}
+
+TEST(ExecutorTest, AllgatherAllocatorThatThrowsFailsThatEntry) {
+  // A program's allocator (a frontend's at::empty) may throw: the
+  // exception stops in the executor, whichever thread runs it.
+  RecordingBackend backend(0, 2);
+  {
+    Executor executor(&backend, 0, 2, false, nullptr);
+    std::vector<int32_t> in = {7, 8};
+    std::vector<std::unique_ptr<TensorEntry>> entries;
+    entries.push_back(MakeEntry("t", wire::RESPONSE_ALLGATHER, in.data(),
+                                nullptr, DataType::kInt32, {2}));
+    entries[0]->allocator =
+        [](const std::vector<int64_t>&) -> absl::StatusOr<void*> {
+      throw std::runtime_error("CUDA out of memory");
+    };
+    auto work = entries[0]->work;
+    wire::Response r =
+        MakeResponse(wire::RESPONSE_ALLGATHER, {"t"}, {1}, DataType::kInt32);
+    r.add_first_dims(2);
+    r.add_first_dims(1);
+    ASSERT_TRUE(executor.Execute(r, entries).ok());
+    EXPECT_EQ(work->status().code(), absl::StatusCode::kInternal);
+    EXPECT_THAT(work->status().message(),
+                HasSubstr("allgather \"t\": output allocator failed: it "
+                          "threw: CUDA out of memory"));
+    // It still took part (its 2 rows, rank 1's 1).
+    EXPECT_THAT(backend.calls, ElementsAre("Allgatherv(8,4)"));
   }
   EXPECT_EQ(backend.live(), 0);
 }
