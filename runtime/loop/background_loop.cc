@@ -123,16 +123,8 @@ void RuntimeImpl::BackgroundLoop() {
             break;
           }
         } else if (!coordinator && event.message.has_response_list()) {
-          wire::ResponseList& list = *event.message.mutable_response_list();
-          // The board's lists run at their markers in its log.
-          if (exchange_->Hold(&list)) continue;
-          std::shared_ptr<ProcessSetState> set;
-          {
-            MutexLock lock(&sets_mu_);
-            set = sets_.at(list.process_set());
-          }
-          ExecuteList(*set, list, /*sent_here=*/false);
-          if (list.shutdown()) done = true;
+          // Runs where the exchange's log says (Execute, below).
+          exchange_->Hold(std::move(*event.message.mutable_response_list()));
         } else if (!coordinator && event.message.has_shutdown_waiting()) {
           const auto& ranks = event.message.shutdown_waiting().ranks();
           MutexLock lock(&state_mu_);
@@ -452,14 +444,14 @@ bool RuntimeImpl::ExecuteBoardIds(const HitBoardShared::Record& record,
   return true;
 }
 
-bool RuntimeImpl::BoardRunner::IsMember(int process_set) {
+bool RuntimeImpl::LogRunner::IsMember(int process_set) {
   MutexLock lock(&impl_->sets_mu_);
   auto found = impl_->sets_.find(process_set);
   return found != impl_->sets_.end() && found->second->member();
 }
 
-void RuntimeImpl::BoardRunner::ExecuteList(int process_set,
-                                           const wire::ResponseList& list) {
+void RuntimeImpl::LogRunner::ExecuteList(int process_set,
+                                         const wire::ResponseList& list) {
   std::shared_ptr<ProcessSetState> set;
   {
     MutexLock lock(&impl_->sets_mu_);

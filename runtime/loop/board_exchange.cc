@@ -17,9 +17,9 @@ namespace kolo {
 
 BoardExchange::BoardExchange(HitBoard* board, ControlPlane* control,
                              Runner* runner, Limits limits)
-    : board_(board),
+    : HitExchange(runner),
+      board_(board),
       control_(control),
-      runner_(runner),
       limits_(limits),
       rank_(board->rank()) {
   if (rank_ == 0) received_.assign(board->size(), 0);
@@ -99,11 +99,9 @@ bool BoardExchange::Hand(std::vector<int64_t>* ids, bool requests,
   return true;
 }
 
-bool BoardExchange::Hold(wire::ResponseList* list) {
-  if (rank_ == 0) return false;
-  const auto key = std::make_pair(list->process_set(), list->seq());
-  lists_.emplace(key, std::move(*list));
-  return true;
+void BoardExchange::Hold(wire::ResponseList list) {
+  const auto key = std::make_pair(list.process_set(), list.seq());
+  lists_.emplace(key, std::move(list));
 }
 
 void BoardExchange::AddCounters(

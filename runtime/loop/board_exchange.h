@@ -32,24 +32,6 @@ namespace kolo {
 
 class BoardExchange : public HitExchange {
  public:
-  // What the log runs on (RuntimeImpl: its executor and its fatal error).
-  class Runner {
-   public:
-    virtual ~Runner() = default;
-    // One record of ids: the cached responses, fused by the board's plan
-    // (PlanBuckets with the coordinator's `fusion_threshold_bytes`, so that
-    // every rank fuses alike). False, executing nothing, if a `caller`
-    // (Note [Caller turns]) must leave it to the thread (a CUDA tensor).
-    virtual bool ExecuteIds(const HitBoardShared::Record& record,
-                            int64_t fusion_threshold_bytes, bool caller) = 0;
-    // Whether this rank is a member of `process_set` (false: unknown).
-    virtual bool IsMember(int process_set) = 0;
-    // Executes a response list of a set this rank is a member of.
-    virtual void ExecuteList(int process_set,
-                             const wire::ResponseList& list) = 0;
-    virtual bool failed() = 0;
-    virtual void Fatal(const absl::Status& status) = 0;
-  };
   struct Limits {
     absl::Duration op_timeout;
     absl::Duration stall_check_time;     // zero: off
@@ -70,9 +52,8 @@ class BoardExchange : public HitExchange {
   absl::StatusOr<bool> Send(wire::RequestList list, std::vector<int64_t>* hits,
                             Coordinator* coordinator, int set_rank,
                             absl::Time now) override;
-  // Every response list runs at its marker in the log (not on rank 0,
-  // whose own lists run where it makes them).
-  bool Hold(wire::ResponseList* list) override;
+  // Every response list runs at its marker in the log.
+  void Hold(wire::ResponseList list) override;
   // Executes the log from this rank's cursor as far as the lists it names
   // have arrived (those of sets this rank is not in are skipped).
   void Execute(bool* done, bool* handed_back = nullptr) override;
@@ -131,7 +112,6 @@ class BoardExchange : public HitExchange {
 
   HitBoard* const board_;
   ControlPlane* const control_;
-  Runner* const runner_;
   const Limits limits_;
   const int rank_;
   // Records this rank has executed.

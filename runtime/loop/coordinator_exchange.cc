@@ -1,5 +1,6 @@
-// CoordinatorExchange (coordinator_exchange.h), and the transports' common
-// last step (hit_exchange.h).
+// CoordinatorExchange (coordinator_exchange.h), and what the transports
+// share (hit_exchange.h): their last step, the log of lists in arrival
+// order.
 #include "runtime/loop/coordinator_exchange.h"
 
 #include <utility>
@@ -18,6 +19,22 @@ absl::Status SendToCoordinator(ControlPlane* control, wire::RequestList list,
   wire::ControlMessage message;
   *message.mutable_request_list() = std::move(list);
   return control->SendToCoordinator(message);
+}
+
+void HitExchange::Execute(bool* done, bool* handed_back) {
+  while (!arrived_.empty()) {
+    if (handed_back) {
+      *handed_back = true;  // Lists are the thread's.
+      return;
+    }
+    const wire::ResponseList& list = arrived_.front();
+    runner_->ExecuteList(list.process_set(), list);
+    if (list.shutdown() && list.process_set() == kGlobalProcessSet) {
+      *done = true;
+    }
+    arrived_.pop_front();
+    if (*done || runner_->failed()) return;
+  }
 }
 
 absl::StatusOr<bool> CoordinatorExchange::Send(wire::RequestList list,

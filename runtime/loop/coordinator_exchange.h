@@ -13,7 +13,8 @@ namespace kolo {
 class CoordinatorExchange : public HitExchange {
  public:
   // `control`: null in a job of one rank.
-  explicit CoordinatorExchange(ControlPlane* control) : control_(control) {}
+  CoordinatorExchange(ControlPlane* control, Runner* runner)
+      : HitExchange(runner), control_(control) {}
 
   absl::StatusOr<bool> Send(wire::RequestList list, std::vector<int64_t>* hits,
                             Coordinator* coordinator, int set_rank,

@@ -12,14 +12,18 @@
 #define KOLO_RUNTIME_LOOP_HIT_EXCHANGE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kolo/runtime.h"
 #include "runtime/control/control_plane.h"
+#include "runtime/control/hit_board.h"
 #include "runtime/negotiation/coordinator.h"
 #include "runtime/wire.pb.h"
 
@@ -50,6 +54,28 @@ namespace kolo {
 // coordinator's response lists; on the board, its log).
 class HitExchange {
  public:
+  // What the log runs on (RuntimeImpl: its executor and its fatal error).
+  // A log has two kinds of entries: the coordinator's response lists, and
+  // (on the board) records of ids every rank's hits completed.
+  class Runner {
+   public:
+    virtual ~Runner() = default;
+    // Whether this rank is a member of `process_set` (false: unknown).
+    virtual bool IsMember(int process_set) = 0;
+    // Executes a response list of a set this rank is a member of.
+    virtual void ExecuteList(int process_set,
+                             const wire::ResponseList& list) = 0;
+    // One record of ids: the cached responses, fused by the board's plan
+    // (PlanBuckets with the coordinator's `fusion_threshold_bytes`, so that
+    // every rank fuses alike). False, executing nothing, if a `caller`
+    // (Note [Caller turns]) must leave it to the thread (a CUDA tensor).
+    virtual bool ExecuteIds(const HitBoardShared::Record& record,
+                            int64_t fusion_threshold_bytes, bool caller) = 0;
+    virtual bool failed() = 0;
+    virtual void Fatal(const absl::Status& status) = 0;
+  };
+
+  explicit HitExchange(Runner* runner) : runner_(runner) {}
   virtual ~HitExchange() = default;
 
   // --- Every rank.
@@ -69,14 +95,17 @@ class HitExchange {
                              absl::Time* next_wakeup) {
     return absl::OkStatus();
   }
-  // A response list from the coordinator: true if the exchange keeps it to
-  // run where its log says (the board: at its marker); false: the loop runs
-  // it now.
-  virtual bool Hold(wire::ResponseList* list) { return false; }
-  // Executes what the exchange ANDed (the board's log) as far as it can;
-  // *done at the job's final list. With `handed_back` (a caller's turn:
-  // Note [Caller turns]): stops, setting it, at what only the thread runs.
-  virtual void Execute(bool* done, bool* handed_back = nullptr) {}
+  // A response list from the coordinator (not on rank 0, which runs its
+  // lists where it makes them), kept to run where the log says: in the
+  // order lists came (one ordered connection from the coordinator), or on
+  // the board at its marker.
+  virtual void Hold(wire::ResponseList list) {
+    arrived_.push_back(std::move(list));
+  }
+  // Executes the log from this rank's cursor as far as it can; *done at
+  // the job's final list. With `handed_back` (a caller's turn: Note
+  // [Caller turns]): stops, setting it, at what only the thread runs.
+  virtual void Execute(bool* done, bool* handed_back = nullptr);
   // A caller may run this rank's loop turn and execute the ANDed hits
   // itself (Note [Caller turns]): the exchange has a log it can poll.
   virtual bool Polled() const { return false; }
@@ -119,6 +148,13 @@ class HitExchange {
   virtual absl::Time NextCheck(const Coordinator& global, absl::Time now) {
     return absl::InfiniteFuture();
   }
+
+ protected:
+  Runner* const runner_;
+
+ private:
+  // The response lists held, in the order they came (Hold's default).
+  std::deque<wire::ResponseList> arrived_;
 };
 
 // Rank 0 adds the list to the set's coordinator; any other rank sends it

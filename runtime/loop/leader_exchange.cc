@@ -10,8 +10,10 @@
 namespace kolo {
 
 LeaderExchange::LeaderExchange(std::vector<int> host_ranks,
-                               ControlPlane* control, Batching batching)
-    : rank_(host_ranks.at(0)),
+                               ControlPlane* control, Runner* runner,
+                               Batching batching)
+    : HitExchange(runner),
+      rank_(host_ranks.at(0)),
       batch_(std::move(host_ranks)),
       control_(control),
       batching_(std::move(batching)) {}

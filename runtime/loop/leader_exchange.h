@@ -37,7 +37,7 @@ class LeaderExchange : public HitExchange {
   };
   // `host_ranks`: the host's ranks, ascending, this rank first.
   LeaderExchange(std::vector<int> host_ranks, ControlPlane* control,
-                 Batching batching);
+                 Runner* runner, Batching batching);
 
   // This rank's list joins its host's, its hits added to it (the batch
   // takes out the ones every rank of the host sent).

@@ -295,7 +295,7 @@ absl::Status RuntimeImpl::Start() {
       if (control_->host_relay()) {
         if (host_ranks[0] == options_.rank && options_.rank != 0) {
           exchange_ = std::make_unique<LeaderExchange>(
-              host_ranks, control_.get(),
+              host_ranks, control_.get(), &log_runner_,
               LeaderExchange::Batching{options_.cycle_time,
                                        options_.cache_capacity,
                                        [this](int64_t id) {
@@ -323,7 +323,7 @@ absl::Status RuntimeImpl::Start() {
       if (!shm.ok()) return shm;
       if (HitBoard* board = control_->hit_board()) {
         exchange_ = std::make_unique<BoardExchange>(
-            board, control_.get(), &board_runner_,
+            board, control_.get(), &log_runner_,
             BoardExchange::Limits{options_.op_timeout,
                                   options_.stall_check_time,
                                   options_.stall_shutdown_time});
@@ -341,7 +341,8 @@ absl::Status RuntimeImpl::Start() {
   // Note [The exchange]: the board or a host leader's relay where the
   // control plane set one up, else through the coordinator.
   if (!exchange_)
-    exchange_ = std::make_unique<CoordinatorExchange>(control_.get());
+    exchange_ =
+        std::make_unique<CoordinatorExchange>(control_.get(), &log_runner_);
   RegisterProcessSet(kGlobalProcessSet, all);
   {
     MutexLock lock(&sets_mu_);

@@ -168,7 +168,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // time passes or the thread must take over (rung). False if it took no
   // turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
-  // One record of the board's log (BoardExchange::Runner::ExecuteIds).
+  // One record of the board's log (HitExchange::Runner::ExecuteIds).
   bool ExecuteBoardIds(const HitBoardShared::Record& record,
                        int64_t fusion_threshold_bytes, bool caller);
   // Coordinator: one request list of rank `from` for its set; false after
@@ -250,10 +250,10 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // with the others' and its request lists sent, on this job's transport.
   // Set by Start; background thread (the loop's turn), counters any.
   std::unique_ptr<HitExchange> exchange_;
-  // What a BoardExchange's log runs on (Note [Hits on the board]).
-  class BoardRunner : public BoardExchange::Runner {
+  // What the exchange's log runs on: ExecuteList, ExecuteBoardIds.
+  class LogRunner : public HitExchange::Runner {
    public:
-    explicit BoardRunner(RuntimeImpl* impl) : impl_(impl) {}
+    explicit LogRunner(RuntimeImpl* impl) : impl_(impl) {}
     bool ExecuteIds(const HitBoardShared::Record& record,
                     int64_t fusion_threshold_bytes, bool caller) override {
       return impl_->ExecuteBoardIds(record, fusion_threshold_bytes, caller);
@@ -266,7 +266,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
    private:
     RuntimeImpl* const impl_;
   };
-  BoardRunner board_runner_{this};
+  LogRunner log_runner_{this};
   // ExecuteBoardIds' storage, kept from record to record.
   std::vector<const wire::Response*> board_singles_, board_bucket_;
   wire::Response board_response_;
