@@ -1,8 +1,10 @@
 // CoordinatorExchange: the exchange through the coordinator (Note [The
 // exchange] in hit_exchange.h), for any job: a rank's hits travel as cache
-// ids in its request list, and the coordinator ANDs them. Rank 0 on every
-// transport but the board uses it, and every rank of a job whose control
-// plane is TCP without host leaders, or that has one rank.
+// ids in its request list, and the coordinator ANDs them. Every rank uses
+// it except on the board and a host's leader: rank 0 (which is its
+// coordinator), a host's other ranks where hosts have leaders (the control
+// plane carries their lists to their leader: Note [Host relay]), every
+// rank of a job over TCP without leaders, a job of one rank.
 #ifndef KOLO_RUNTIME_LOOP_COORDINATOR_EXCHANGE_H_
 #define KOLO_RUNTIME_LOOP_COORDINATOR_EXCHANGE_H_
 
