@@ -1,8 +1,12 @@
 // Runtime::AllreduceAndWait and the caller's turn (Note [Caller turns] in
-// runtime/loop/caller_turn.cc), in real Runtimes (threads of one process,
-// one host: the hit board is on unless a test turns it off). Results are
-// checked exactly on every call; every wait has a deadline.
+// runtime/loop/caller_turn.cc), in real Runtimes (threads of one process)
+// over every transport (testing::Setup): a caller runs the turn where the
+// exchange has a log it can poll (the board), and the calls mean the same
+// everywhere. Results are checked exactly on every call; every wait has a
+// deadline.
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,61 +53,69 @@ void BlockingCalls(Runtime& rt, int n, int r, const std::string& name,
 // the test machine's scheduler delays.
 void LongSpin(Options& o) { o.spin_time = absl::Milliseconds(2); }
 
-TEST(CallerTurn, LoneCachedAllreducesRunOnTheCallersThread) {
-  for (int n : {2, 3}) {
-    auto rts = testing::StartJob(n, LongSpin);
-    OnEachRank(n,
-               [&](int r) { BlockingCalls(*rts[r], n, r, "lone", 1, 300, 5); });
-    for (int r = 0; r < n; ++r) {
-      const Counts s = rts[r]->Counters();
+class CallerTurn : public ::testing::TestWithParam<testing::Setup> {
+ protected:
+  int size() const { return GetParam().size; }
+  bool board() const {
+    return GetParam().transport == testing::Transport::kBoard;
+  }
+  std::vector<std::unique_ptr<Runtime>> Start(
+      std::function<void(Options&)> tweak = nullptr) {
+    return testing::StartJob(GetParam(), [&](Options& o) {
+      LongSpin(o);
+      if (tweak) tweak(o);
+    });
+  }
+};
+
+TEST_P(CallerTurn, LoneCachedAllreducesRunOnTheCallersThreadOnTheBoard) {
+  const int n = size();
+  auto rts = Start();
+  OnEachRank(n,
+             [&](int r) { BlockingCalls(*rts[r], n, r, "lone", 1, 300, 5); });
+  for (int r = 0; r < n; ++r) {
+    const Counts s = rts[r]->Counters();
+    if (board()) {
       // Every call was offered a turn unless the thread was in a pass; a
       // turn that completed its collective ran it on the caller's thread.
-      EXPECT_GT(s.at("loop.caller_turns_completed"), 0)
-          << n << " ranks, rank " << r;
-      EXPECT_GT(s.at("board.hits"), 0);
-      std::printf("%d ranks, rank %d: 300 calls, %lld turns, %lld completed\n",
-                  n, r, static_cast<long long>(s.at("loop.caller_turns")),
-                  static_cast<long long>(s.at("loop.caller_turns_completed")));
+      EXPECT_GT(s.at("loop.caller_turns_completed"), 0) << "rank " << r;
+      EXPECT_GT(s.at("board.hits"), 0) << "rank " << r;
+    } else {
+      // No log a caller can poll: the thread runs every call.
+      EXPECT_EQ(s.at("loop.caller_turns_completed"), 0) << "rank " << r;
+      EXPECT_EQ(s.at("board.hits"), 0) << "rank " << r;
     }
-    testing::ShutdownJob(rts);
-  }
-}
-
-TEST(CallerTurn, WithoutTheBoardTheThreadRunsEveryCall) {
-  auto rts = testing::StartJob(2, [](Options& o) {
-    LongSpin(o);
-    o.negotiate_within_hosts = false;
-  });
-  OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "off", 2, 100, 7); });
-  for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(rts[r]->Counters().at("loop.caller_turns_completed"), 0)
-        << "rank " << r;
-    EXPECT_EQ(rts[r]->Counters().at("board.hits"), 0) << "rank " << r;
+    std::printf("rank %d: 300 calls, %lld turns, %lld completed\n", r,
+                static_cast<long long>(s.at("loop.caller_turns")),
+                static_cast<long long>(s.at("loop.caller_turns_completed")));
   }
   testing::ShutdownJob(rts);
 }
 
-// One rank calls the blocking form, the other submits and waits: the same
+// Rank 0 calls the blocking form, the others submit and wait: the same
 // collectives, whoever runs them on each rank.
-TEST(CallerTurn, BlockingOnOneRankAsyncOnTheOther) {
-  auto rts = testing::StartJob(2, LongSpin);
+TEST_P(CallerTurn, BlockingOnOneRankAsyncOnTheOthers) {
+  const int n = size();
+  auto rts = Start();
   const int calls = 200;
-  OnEachRank(2, [&](int r) {
+  OnEachRank(n, [&](int r) {
     if (r == 0) {
-      BlockingCalls(*rts[0], 2, 0, "mixed", 3, calls, 4);
+      BlockingCalls(*rts[0], n, 0, "mixed", 3, calls, 4);
       return;
     }
     std::vector<float> v(4);
     for (int i = 0; i < calls; ++i) {
-      for (int64_t e = 0; e < 4; ++e) v[e] = Value(1, i, e);
+      for (int64_t e = 0; e < 4; ++e) v[e] = Value(r, i, e);
       AllreduceRequest req;
       req.name = absl::StrCat("mixed/", i % 3);
       req.input = req.output = TensorView(v.data(), DataType::kFloat32, {4});
-      auto w = rts[1]->Allreduce(req);
+      auto w = rts[r]->Allreduce(req);
       ASSERT_TRUE(w.ok()) << w.status();
       ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok()) << "call " << i;
       for (int64_t e = 0; e < 4; ++e) {
-        ASSERT_EQ(v[e], Value(0, i, e) + Value(1, i, e)) << "call " << i;
+        float want = 0;
+        for (int q = 0; q < n; ++q) want += Value(q, i, e);
+        ASSERT_EQ(v[e], want) << "rank " << r << " call " << i;
       }
     }
   });
@@ -113,9 +125,9 @@ TEST(CallerTurn, BlockingOnOneRankAsyncOnTheOther) {
 // On each rank one thread makes blocking calls while another submits
 // bursts of async allreduces and waits for them: the turn is taken by
 // whichever thread gets it, and every result is exact.
-TEST(CallerTurn, BlockingCallsBesideAsyncBurstsOfAnotherThread) {
-  const int n = 3;
-  auto rts = testing::StartJob(n, LongSpin);
+TEST_P(CallerTurn, BlockingCallsBesideAsyncBurstsOfAnotherThread) {
+  const int n = size();
+  auto rts = Start();
   OnEachRank(n, [&](int r) {
     std::thread bursts([&] {
       for (int step = 0; step < 60; ++step) {
@@ -151,10 +163,11 @@ TEST(CallerTurn, BlockingCallsBesideAsyncBurstsOfAnotherThread) {
 // A cached name submitted with another shape on one rank is not a hit
 // there: the coordinator finds the mismatch and every rank's call fails
 // naming the tensor; the calls after it run as before.
-TEST(CallerTurn, AShapeMismatchOnACachedNameFailsEveryRankThenCallsGoOn) {
-  auto rts = testing::StartJob(2, LongSpin);
-  OnEachRank(2, [&](int r) {
-    BlockingCalls(*rts[r], 2, r, "shape", 1, 30, 4);
+TEST_P(CallerTurn, AShapeMismatchOnACachedNameFailsEveryRankThenCallsGoOn) {
+  const int n = size();
+  auto rts = Start();
+  OnEachRank(n, [&](int r) {
+    BlockingCalls(*rts[r], n, r, "shape", 1, 30, 4);
     std::vector<float> v(r == 1 ? 5 : 4, 1.0f);
     AllreduceRequest req;
     req.name = "shape/0";
@@ -167,7 +180,7 @@ TEST(CallerTurn, AShapeMismatchOnACachedNameFailsEveryRankThenCallsGoOn) {
     EXPECT_FALSE(s.ok()) << "rank " << r;
     EXPECT_THAT(std::string(s.message()), HasSubstr("shape mismatch"));
     EXPECT_THAT(std::string(s.message()), HasSubstr("shape/0"));
-    BlockingCalls(*rts[r], 2, r, "shape", 1, 30, 4);
+    BlockingCalls(*rts[r], n, r, "shape", 1, 30, 4);
   });
   testing::ShutdownJob(rts);
 }
@@ -175,9 +188,10 @@ TEST(CallerTurn, AShapeMismatchOnACachedNameFailsEveryRankThenCallsGoOn) {
 // A request refused before it is queued (its output does not match its
 // input) says so: not submitted, the error Allreduce() gives; the job
 // goes on.
-TEST(CallerTurn, ARefusedRequestIsNotSubmitted) {
-  auto rts = testing::StartJob(2, LongSpin);
-  OnEachRank(2, [&](int r) {
+TEST_P(CallerTurn, ARefusedRequestIsNotSubmitted) {
+  const int n = size();
+  auto rts = Start();
+  OnEachRank(n, [&](int r) {
     std::vector<float> in(4, 1.0f), out(3, 0.0f);
     AllreduceRequest req;
     req.name = "refused/0";
@@ -188,30 +202,39 @@ TEST(CallerTurn, ARefusedRequestIsNotSubmitted) {
     EXPECT_EQ(result.status.code(), absl::StatusCode::kInvalidArgument)
         << result.status;
     EXPECT_EQ(rts[r]->Allreduce(req).status(), result.status);
-    BlockingCalls(*rts[r], 2, r, "refused", 1, 5, 4);
+    BlockingCalls(*rts[r], n, r, "refused", 1, 5, 4);
   });
   testing::ShutdownJob(rts);
 }
 
 // A blocking call whose peer does not call (yet) returns at its timeout,
 // the collective still pending; once the peer calls, it completes.
-TEST(CallerTurn, TheCallsTimeoutHoldsWhileAPeerIsLate) {
-  auto rts = testing::StartJob(2, LongSpin);
-  OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "late", 1, 20, 2); });
-  std::vector<float> v0 = {1, 2}, v1 = {10, 20};
+TEST_P(CallerTurn, TheCallsTimeoutHoldsWhileAPeerIsLate) {
+  const int n = size();
+  auto rts = Start();
+  OnEachRank(n, [&](int r) { BlockingCalls(*rts[r], n, r, "late", 1, 20, 2); });
+  std::vector<float> v0 = {1, 2};
   AllreduceRequest req;
   req.name = "late/0";
   req.input = req.output = TensorView(v0.data(), DataType::kFloat32, {2});
   const absl::Status s =
       rts[0]->AllreduceAndWait(req, absl::Milliseconds(100)).status;
   EXPECT_TRUE(IsWaitTimeout(s)) << s;
-  req.input = req.output = TensorView(v1.data(), DataType::kFloat32, {2});
-  ASSERT_TRUE(rts[1]->AllreduceAndWait(req, absl::Seconds(30)).ok());
-  EXPECT_EQ(v1, (std::vector<float>{11, 22}));
+  // The others call: every rank's contribution is 1, 2 on rank 0, 10, 20
+  // on the others.
+  const std::vector<float> want = {1.0f + 10 * (n - 1), 2.0f + 20 * (n - 1)};
+  OnEachRank(n, [&](int r) {
+    if (r == 0) return;
+    std::vector<float> v = {10, 20};
+    AllreduceRequest late = req;
+    late.input = late.output = TensorView(v.data(), DataType::kFloat32, {2});
+    ASSERT_TRUE(rts[r]->AllreduceAndWait(late, absl::Seconds(30)).ok());
+    EXPECT_EQ(v, want) << "rank " << r;
+  });
   // Rank 0's collective completed too (its buffer holds the sum): a new
   // call of the same name is accepted once it has.
-  OnEachRank(2, [&](int r) { BlockingCalls(*rts[r], 2, r, "late", 1, 5, 2); });
-  EXPECT_EQ(v0, (std::vector<float>{11, 22}));
+  OnEachRank(n, [&](int r) { BlockingCalls(*rts[r], n, r, "late", 1, 5, 2); });
+  EXPECT_EQ(v0, want);
   testing::ShutdownJob(rts);
 }
 
@@ -220,14 +243,12 @@ TEST(CallerTurn, TheCallsTimeoutHoldsWhileAPeerIsLate) {
 // hands the entry to the thread, whose passes expire it), whichever rank
 // it is: rank 0's thread must also take the board's partial id to the
 // coordinator.
-TEST(CallerTurn, AWaitWithoutTimeoutEndsAtTheOpTimeoutWhenAPeerNeverCalls) {
-  for (int caller : {0, 1}) {
-    auto rts = testing::StartJob(2, [](Options& o) {
-      LongSpin(o);
-      o.op_timeout = absl::Seconds(1);
-    });
-    OnEachRank(2,
-               [&](int r) { BlockingCalls(*rts[r], 2, r, "never", 1, 20, 2); });
+TEST_P(CallerTurn, AWaitWithoutTimeoutEndsAtTheOpTimeoutWhenAPeerNeverCalls) {
+  const int n = size();
+  for (int caller : {0, n - 1}) {
+    auto rts = Start([](Options& o) { o.op_timeout = absl::Seconds(1); });
+    OnEachRank(n,
+               [&](int r) { BlockingCalls(*rts[r], n, r, "never", 1, 20, 2); });
     std::vector<float> v = {1, 2};
     AllreduceRequest req;
     req.name = "never/0";
@@ -244,10 +265,11 @@ TEST(CallerTurn, AWaitWithoutTimeoutEndsAtTheOpTimeoutWhenAPeerNeverCalls) {
 
 // Abort while a caller waits in a blocking call: it returns with the
 // abort's error.
-TEST(CallerTurn, AbortEndsABlockingCall) {
-  auto rts = testing::StartJob(2, LongSpin);
-  OnEachRank(2,
-             [&](int r) { BlockingCalls(*rts[r], 2, r, "abort", 1, 20, 2); });
+TEST_P(CallerTurn, AbortEndsABlockingCall) {
+  const int n = size();
+  auto rts = Start();
+  OnEachRank(n,
+             [&](int r) { BlockingCalls(*rts[r], n, r, "abort", 1, 20, 2); });
   std::vector<float> v = {1, 2};
   AllreduceRequest req;
   req.name = "abort/0";
@@ -259,12 +281,16 @@ TEST(CallerTurn, AbortEndsABlockingCall) {
   rts[0]->Abort();
   call.join();
   // Abort may come before the call queues (refused) or while it waits
-  // (failed): never a success, since rank 1 never submits, and never the
-  // call's own time-out.
+  // (failed): never a success, since the others never submit, and never
+  // the call's own time-out.
   EXPECT_FALSE(s.ok());
   EXPECT_FALSE(IsWaitTimeout(s)) << s;
-  rts[1]->Abort();
+  for (int r = 1; r < n; ++r) rts[r]->Abort();
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, CallerTurn,
+                         ::testing::ValuesIn(testing::Setups({2, 3}, {4})),
+                         testing::SetupName);
 
 }  // namespace
 }  // namespace kolo
