@@ -30,7 +30,7 @@
 
 namespace kolo {
 
-class BoardExchange : public HitExchange {
+class BoardExchange final : public HitExchange {
  public:
   struct Limits {
     absl::Duration op_timeout;

@@ -12,7 +12,7 @@
 
 namespace kolo {
 
-class CoordinatorExchange : public HitExchange {
+class CoordinatorExchange final : public HitExchange {
  public:
   // `control`: null in a job of one rank.
   CoordinatorExchange(ControlPlane* control, Runner* runner)

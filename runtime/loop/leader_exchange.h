@@ -26,7 +26,7 @@
 
 namespace kolo {
 
-class LeaderExchange : public HitExchange {
+class LeaderExchange final : public HitExchange {
  public:
   struct Batching {
     absl::Duration hold;  // the longest a list is held (KOLO_CYCLE_TIME)
