@@ -288,9 +288,18 @@ TEST_P(CallerTurn, AbortEndsABlockingCall) {
   for (int r = 1; r < n; ++r) rts[r]->Abort();
 }
 
+// Every transport once (3 ranks on one host, 4 in hosts of two), and the
+// board, where callers take turns, at 2 ranks too.
+std::vector<testing::Setup> TurnSetups() {
+  std::vector<testing::Setup> setups = {{testing::Transport::kBoard, 2}};
+  for (const testing::Setup& s : testing::Setups({3}, {4})) {
+    setups.push_back(s);
+  }
+  return setups;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, CallerTurn,
-                         ::testing::ValuesIn(testing::Setups({2, 3}, {4})),
-                         testing::SetupName);
+                         ::testing::ValuesIn(TurnSetups()), testing::SetupName);
 
 }  // namespace
 }  // namespace kolo
