@@ -452,9 +452,11 @@ RuntimeStats RuntimeImpl::stats() const {
   RuntimeStats s;
   s.tensors_executed = counters_.tensors_executed;
   s.collectives_executed = counters_.collectives_executed;
+  // A host leader sends its own lists inside its host's messages.
+  std::map<std::string, int64_t> exchange;
+  if (exchange_) exchange_->AddCounters(&exchange);
   s.negotiation_messages_sent =
-      counters_.request_lists_sent +
-      Counters().at("relay.host_messages_sent");  // (rarely called)
+      counters_.request_lists_sent + exchange["relay.host_messages_sent"];
   s.negotiation_messages_received = counters_.response_lists_received;
   MutexLock lock(&sets_mu_);
   for (const auto& [id, set] : sets_) {
