@@ -149,7 +149,7 @@ absl::Status CheckAllreduceTensors(const AllreduceRequest& req) {
 absl::Status CheckAllreduce(const RuntimeImpl& impl,
                             const AllreduceRequest& req) {
   KOLO_RETURN_IF_ERROR(CheckAllreduceTensors(req));
-  return impl.CheckMember(req.process_set, "allreduce", req.name);
+  return impl.sets().CheckMember(req.process_set, "allreduce", req.name);
 }
 
 // Filled where it will live (a moved protobuf is a new one plus a swap), in
@@ -236,7 +236,7 @@ absl::StatusOr<std::vector<Work>> Runtime::AllreduceBatch(
     KOLO_RETURN_IF_ERROR(CheckAllreduceTensors(req));
     if (req.process_set != checked_set || checked_set < 0) {
       KOLO_RETURN_IF_ERROR(
-          impl_->CheckMember(req.process_set, "allreduce", req.name));
+          impl_->sets().CheckMember(req.process_set, "allreduce", req.name));
       checked_set = req.process_set;
     }
   }
@@ -252,7 +252,7 @@ absl::StatusOr<Work> Runtime::Broadcast(const BroadcastRequest& req) {
   const char* op = "broadcast";
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "tensor", req.tensor));
   KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
-  auto set = impl_->MemberSet(req.process_set, op, req.name);
+  auto set = impl_->sets().Member(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   if (req.root < 0) {
     return Invalid(op, req.name,
@@ -287,7 +287,7 @@ absl::StatusOr<Work> Runtime::Allgather(const AllgatherRequest& req) {
     return Invalid(op, req.name, "an output allocator is required");
   }
   KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
-  auto set = impl_->MemberSet(req.process_set, op, req.name);
+  auto set = impl_->sets().Member(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   TensorEntry entry;
   entry.request = BaseRequest(wire::ALLGATHER, req.name, req.input);
@@ -314,7 +314,7 @@ absl::StatusOr<Work> Runtime::Alltoall(const AlltoallRequest& req) {
   if (!req.allocator)
     return Invalid(op, req.name, "an output allocator is required");
   KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
-  auto set = impl_->MemberSet(req.process_set, op, req.name);
+  auto set = impl_->sets().Member(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const int n = (*set)->size();
   const int64_t rows = req.input.shape[0];
@@ -356,7 +356,7 @@ absl::StatusOr<Work> Runtime::Reducescatter(const ReducescatterRequest& req) {
   KOLO_RETURN_IF_ERROR(CheckTensor(op, req.name, "output", req.output));
   KOLO_RETURN_IF_ERROR(CheckReduction(op, req.name, req.op));
   KOLO_RETURN_IF_ERROR(CheckTimeout(op, req.name, req.timeout));
-  auto set = impl_->MemberSet(req.process_set, op, req.name);
+  auto set = impl_->sets().Member(req.process_set, op, req.name);
   if (!set.ok()) return set.status();
   const std::vector<int64_t> want =
       ReducescatterShape(req.input.shape, (*set)->size(), (*set)->rank);
@@ -435,7 +435,7 @@ absl::StatusOr<Work> Runtime::Barrier(int process_set, absl::Duration timeout) {
         absl::StrCat("barrier: timeout ", FormatSeconds(timeout),
                      " is negative (0: the job's op timeout)"));
   }
-  auto set = impl_->MemberSet(process_set, "barrier");
+  auto set = impl_->sets().Member(process_set, "barrier");
   if (!set.ok()) return set.status();
   TensorEntry entry;
   entry.request.set_type(wire::BARRIER);
@@ -462,7 +462,7 @@ absl::Status Runtime::RemoveProcessSet(int process_set) {
 
 absl::StatusOr<std::vector<int>> Runtime::ProcessSetRanks(
     int process_set) const {
-  return impl_->SetRanks(process_set);
+  return impl_->sets().Ranks(process_set);
 }
 
 absl::Status Runtime::StartTimeline(const std::string& path, bool mark_cycles) {

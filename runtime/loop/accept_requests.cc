@@ -8,18 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/loop/runtime_impl.h"
-#include "runtime/sync/mutex.h"
 
 namespace kolo {
 
 bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
                                     absl::Time now) {
-  std::shared_ptr<ProcessSetState> set;
-  {
-    MutexLock lock(&sets_mu_);
-    auto it = sets_.find(list.process_set());
-    if (it != sets_.end()) set = it->second;
-  }
+  std::shared_ptr<ProcessSetState> set = sets_.Find(list.process_set());
   auto me = set ? std::find(set->ranks.begin(), set->ranks.end(), from)
                 : std::vector<int>::iterator();
   if (!set || me == set->ranks.end()) {
@@ -46,7 +40,7 @@ bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
     return false;
   }
   const absl::Status accepted = host_messages_->Accept(
-      from, message, *global_->coordinator,
+      from, message, *sets_.global().coordinator,
       [&](int rank, wire::RequestList list) {
         return AcceptRequestList(rank, std::move(list), now);
       },

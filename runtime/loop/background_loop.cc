@@ -3,10 +3,11 @@
 // through it elsewhere), executes the response lists in order and completes
 // the Works (Note [Background loop]). Methods of RuntimeImpl
 // (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
-// errors) is in runtime_impl.cc, process sets in process_sets.cc, a
-// caller's turn in caller_turn.cc, the coordinator's taking of request
-// lists in accept_requests.cc. How hits are ANDed and lists sent is the
-// job's HitExchange (Note [The exchange] in hit_exchange.h).
+// errors) is in runtime_impl.cc, a caller's turn in caller_turn.cc, the
+// coordinator's taking of request lists in accept_requests.cc. How hits are
+// ANDed and lists sent is the job's HitExchange (Note [The exchange] in
+// hit_exchange.h); the sets and their backends are ProcessSets'
+// (process_sets.h).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -196,14 +197,10 @@ void RuntimeImpl::SendRequests(absl::Time now) {
   if (!queue_.has_new_requests() && !send_shutdown) return;
   ScopedPhase phase(options_.phase_times, &counters_.send_ns);
   std::map<int, wire::RequestList> lists;
-  std::map<int, std::shared_ptr<ProcessSetState>> sets;
+  const std::map<int, std::shared_ptr<ProcessSetState>> sets = sets_.All();
   // Per set: the cache ids to send (as bits where dense: AddCacheHits).
   std::map<int, std::vector<int64_t>>& hits = hits_to_send_;
   for (auto& [id, ids] : hits) ids.clear();
-  {
-    MutexLock lock(&sets_mu_);
-    sets.insert(sets_.begin(), sets_.end());
-  }
   // Under the queue's lock, without copies: a cached request travels as
   // its id, only a new one as a copy. A step's requests come in runs of one
   // process set: the set's state, list and ids are looked up once per run
@@ -273,10 +270,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
 void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
                                   bool* done) {
   std::vector<std::shared_ptr<ProcessSetState>> sets;
-  {
-    MutexLock lock(&sets_mu_);
-    for (auto& [id, set] : sets_) sets.push_back(set);
-  }
+  for (auto& [id, set] : sets_.All()) sets.push_back(set);
   // The global set goes last: at shutdown its list is the final one.
   std::rotate(sets.begin(), sets.begin() + 1, sets.end());
   exchange_->Tend(*sets.back()->coordinator, now, next_wakeup);
@@ -371,7 +365,7 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
 void RuntimeImpl::SendList(ProcessSetState& set,
                            const wire::ResponseList& list) {
   // On the board: its marker, where every rank runs it.
-  if (!exchange_->ListMade(list, set.id, *global_->coordinator)) return;
+  if (!exchange_->ListMade(list, set.id, *sets_.global().coordinator)) return;
   if (control_) {
     if (list.shutdown()) control_->MarkShuttingDown();
     wire::ControlMessage message;
@@ -403,7 +397,7 @@ void RuntimeImpl::ExecuteList(ProcessSetState& set,
 
 bool RuntimeImpl::ExecuteBoardIds(const HitBoardShared::Record& record,
                                   int64_t fusion_threshold_bytes, bool caller) {
-  ProcessSetState& global = *global_;
+  ProcessSetState& global = sets_.global();
   // Every rank plans the same fusion: the same ids, the same cache (Note
   // [Hits on the board]), the coordinator's threshold.
   PhaseClock clock(options_.phase_times);
@@ -445,19 +439,14 @@ bool RuntimeImpl::ExecuteBoardIds(const HitBoardShared::Record& record,
 }
 
 bool RuntimeImpl::LogRunner::IsMember(int process_set) {
-  MutexLock lock(&impl_->sets_mu_);
-  auto found = impl_->sets_.find(process_set);
-  return found != impl_->sets_.end() && found->second->member();
+  std::shared_ptr<ProcessSetState> set = impl_->sets_.Find(process_set);
+  return set && set->member();
 }
 
 void RuntimeImpl::LogRunner::ExecuteList(int process_set,
                                          const wire::ResponseList& list) {
-  std::shared_ptr<ProcessSetState> set;
-  {
-    MutexLock lock(&impl_->sets_mu_);
-    set = impl_->sets_.at(process_set);
-  }
-  impl_->ExecuteList(*set, list, /*sent_here=*/false);
+  impl_->ExecuteList(*impl_->sets_.Find(process_set), list,
+                     /*sent_here=*/false);
 }
 
 void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
@@ -481,13 +470,8 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
   if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
     std::vector<int> ranks(response.member_ranks().begin(),
                            response.member_ranks().end());
-    RegisterProcessSet(response.new_process_set(), ranks);
-    std::shared_ptr<ProcessSetState> created;
-    {
-      MutexLock lock(&sets_mu_);
-      created = sets_.at(response.new_process_set());
-    }
-    absl::Status s = ConnectProcessSet(*created);
+    absl::Status s =
+        sets_.Create(response.new_process_set(), std::move(ranks)).status();
     auto entry = queue_.Take(set.id, response.names(0));
     if (entry) {
       entry->work->SetValue(response.new_process_set());
@@ -552,7 +536,7 @@ void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
   Executor* executor = set.executor.get();
   if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
     absl::Status connected =
-        ConnectDevicePath(set, entries.front()->input.device);
+        sets_.ConnectDevicePath(set, entries.front()->input.device);
     if (!connected.ok()) {
       for (auto& e : entries) e->Complete(connected);
       Fatal(connected);

@@ -1,40 +1,68 @@
-// RuntimeImpl, part two: process sets — registering them, and connecting
-// each set's backends (the CPU path when the set is created, the CUDA path
-// on its first CUDA response). See runtime_impl.cc for the rest.
+#include "runtime/loop/process_sets.h"
+
 #include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "runtime/api/work_state.h"
-#include "runtime/loop/runtime_impl.h"
-#include "runtime/sync/mutex.h"
-#include "runtime/util/status_macros.h"
 
 namespace kolo {
 
-void RuntimeImpl::RegisterProcessSet(int id, std::vector<int> ranks) {
+absl::Status ProcessSets::Start(std::shared_ptr<Store> store) {
+  store_ = std::move(store);
+  std::vector<int> all(context_.options->size);
+  for (int r = 0; r < context_.options->size; ++r) all[r] = r;
+  auto global = Create(kGlobalProcessSet, std::move(all));
+  if (!global.ok()) return global.status();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ProcessSetState>> ProcessSets::Create(
+    int id, std::vector<int> ranks) {
+  const Options& options = *context_.options;
   auto set = std::make_shared<ProcessSetState>();
   set->id = id;
   set->ranks = std::move(ranks);
-  auto me = std::find(set->ranks.begin(), set->ranks.end(), options_.rank);
+  auto me = std::find(set->ranks.begin(), set->ranks.end(), options.rank);
   if (me != set->ranks.end())
     set->rank = static_cast<int>(me - set->ranks.begin());
-  if (options_.rank == 0) {
+  if (options.rank == 0) {
     Coordinator::Config config;
     config.process_set = id;
     config.global_ranks = set->ranks;
-    config.fusion_threshold_bytes = options_.fusion_threshold_bytes;
-    config.cache_capacity = options_.cache_capacity;
-    config.timeline = &timeline_;
+    config.fusion_threshold_bytes = options.fusion_threshold_bytes;
+    config.cache_capacity = options.cache_capacity;
+    config.timeline = context_.timeline;
     set->coordinator = std::make_unique<Coordinator>(std::move(config));
     set->cache = &set->coordinator->cache();
   } else if (set->member()) {
-    set->own_cache = std::make_unique<ResponseCache>(options_.cache_capacity);
+    set->own_cache = std::make_unique<ResponseCache>(options.cache_capacity);
     set->cache = set->own_cache.get();
   }
-  MutexLock lock(&sets_mu_);
-  sets_[id] = std::move(set);
+  {
+    MutexLock lock(&mu_);
+    sets_[id] = set;
+  }
+  if (id == kGlobalProcessSet) global_ = set.get();
+  absl::Status connected = Connect(*set);
+  if (!connected.ok()) return connected;
+  return set;
+}
+
+absl::StatusOr<std::shared_ptr<ProcessSetState>> ProcessSets::Remove(int id) {
+  if (id == kGlobalProcessSet) {
+    return absl::InvalidArgumentError(
+        "remove_process_set: the global process set (0) cannot be removed");
+  }
+  MutexLock lock(&mu_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remove_process_set: unknown process set ", id));
+  }
+  std::shared_ptr<ProcessSetState> set = std::move(it->second);
+  sets_.erase(it);
+  return set;
 }
 
 namespace {
@@ -53,44 +81,48 @@ bool HostsShareRanks(const std::vector<std::string>& hosts) {
 
 }  // namespace
 
-BackendContext RuntimeImpl::SetContext(const ProcessSetState& set,
-                                       const std::string& prefix) const {
+BackendContext ProcessSets::BackendContextOf(const ProcessSetState& set,
+                                             const std::string& prefix) const {
+  const Options& options = *context_.options;
   BackendContext context;
   context.rank = set.rank;
   context.size = set.size();
   context.store = NewPrefixStore(absl::StrCat(prefix, "/set", set.id), store_);
-  context.bind_addr = options_.bind_addr;
-  context.start_timeout = options_.start_timeout;
-  context.op_timeout = options_.op_timeout;
-  context.hierarchical_allreduce = options_.hierarchical_allreduce;
-  context.spin_time = options_.spin_time;
+  context.bind_addr = options.bind_addr;
+  context.start_timeout = options.start_timeout;
+  context.op_timeout = options.op_timeout;
+  context.hierarchical_allreduce = options.hierarchical_allreduce;
+  context.spin_time = options.spin_time;
   return context;
 }
 
-absl::StatusOr<std::vector<std::string>> RuntimeImpl::SetHosts(
+absl::StatusOr<std::vector<std::string>> ProcessSets::Hosts(
     const ProcessSetState& set) const {
   std::vector<std::string> hosts;
   hosts.reserve(set.ranks.size());
   for (int r : set.ranks) {
-    auto host = store_->Get(absl::StrCat("host/", r), options_.start_timeout);
+    auto host =
+        store_->Get(absl::StrCat("host/", r), context_.options->start_timeout);
     if (!host.ok()) return host.status();
     hosts.push_back(*host);
   }
   return hosts;
 }
 
-// CPU backend, with KOLO_SHM on: shm when every rank of the set is on this
-// host; shm within hosts and gloo between them ("shm+gloo") when the set
-// spans hosts and some host runs several of its ranks; gloo otherwise, and
-// also when shared memory cannot start (both factories fail on every rank
-// alike, so every rank falls back together).
-absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
+// Note [The CPU path of a set]
+// With KOLO_SHM on: shm when every rank of the set is on this host; shm
+// within hosts and gloo between them ("shm+gloo") when the set spans hosts
+// and some host runs several of its ranks; gloo otherwise, and also when
+// shared memory cannot start (both factories fail on every rank alike, so
+// every rank falls back together).
+absl::Status ProcessSets::Connect(ProcessSetState& set) {
   if (!set.member()) return absl::OkStatus();
-  BackendContext context = SetContext(set, "gloo");
+  const Options& options = *context_.options;
+  BackendContext context = BackendContextOf(set, "gloo");
   std::unique_ptr<Backend> chosen;
   const BackendRegistry& registry = BackendRegistry::Get();
-  if (options_.shm && registry.Has(DeviceType::kCpu, "shm")) {
-    auto hosts = SetHosts(set);
+  if (options.shm && registry.Has(DeviceType::kCpu, "shm")) {
+    auto hosts = Hosts(set);
     if (!hosts.ok()) return hosts.status();
     context.hosts = *hosts;
     context.all_ranks_on_host = true;
@@ -108,16 +140,16 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
       prefix = "hier";
     }
     if (name != nullptr) {
-      BackendContext shm_context = SetContext(set, prefix);
+      BackendContext shm_context = BackendContextOf(set, prefix);
       shm_context.hosts = context.hosts;
       shm_context.all_ranks_on_host = context.all_ranks_on_host;
       auto shm = registry.Create(DeviceType::kCpu, name, shm_context);
       if (shm.ok()) {
         chosen = std::move(*shm);
       } else if (set.rank == 0) {
-        logger_.Warning(absl::StrCat("process set ", set.id,
-                                     ": shared memory unavailable (",
-                                     shm.status().message(), "); using gloo"));
+        context_.logger->Warning(absl::StrCat(
+            "process set ", set.id, ": shared memory unavailable (",
+            shm.status().message(), "); using gloo"));
       }
     }
   }
@@ -126,186 +158,162 @@ absl::Status RuntimeImpl::ConnectProcessSet(ProcessSetState& set) {
     if (!backend.ok()) return backend.status();
     chosen = std::move(*backend);
   }
-  logger_.Info(absl::StrCat("process set ", set.id, ": ", set.size(),
-                            " ranks over ", chosen->name()));
+  context_.logger->Info(absl::StrCat("process set ", set.id, ": ", set.size(),
+                                     " ranks over ", chosen->name()));
   set.backend = std::move(chosen);
   set.executor = std::make_unique<Executor>(
       set.backend.get(), set.rank, set.size(),
-      options_.join_average_over_set_size,
-      options_.rank == 0 ? &timeline_ : nullptr, nullptr,
-      [this](const absl::Status& s) { return ExplainCollectiveFailure(s); });
-  set.executor->set_phase_times(options_.phase_times);
+      options.join_average_over_set_size,
+      options.rank == 0 ? context_.timeline : nullptr, nullptr,
+      context_.explain_failure);
+  set.executor->set_phase_times(options.phase_times);
   return absl::OkStatus();
 }
 
-absl::Status RuntimeImpl::ConnectDevicePath(ProcessSetState& set,
+absl::Status ProcessSets::ConnectDevicePath(ProcessSetState& set,
                                             const Device& device) {
   if (set.cuda_executor) return absl::OkStatus();
-  BackendContext context = SetContext(set, "cuda");
+  const Options& options = *context_.options;
+  BackendContext context = BackendContextOf(set, "cuda");
   context.device = device;
-  auto hosts = SetHosts(set);
+  auto hosts = Hosts(set);
   if (!hosts.ok()) return hosts.status();
   context.hosts = std::move(*hosts);
   auto backend = BackendRegistry::Get().Create(DeviceType::kCuda, context);
   if (!backend.ok()) {
     return absl::Status(
         backend.status().code(),
-        absl::StrCat("process set ", set.id, ": rank ", options_.rank,
+        absl::StrCat("process set ", set.id, ": rank ", options.rank,
                      " cannot start its CUDA backend on ", device.ToString(),
                      ": ", backend.status().message()));
   }
-  logger_.Info(absl::StrCat("process set ", set.id, ": CUDA tensors over ",
-                            (*backend)->name(), " on ", device.ToString()));
-  // The executor reports only while it exists, and ~RuntimeImpl destroys
-  // it first (see there): `this` outlives every report.
+  context_.logger->Info(absl::StrCat("process set ", set.id,
+                                     ": CUDA tensors over ", (*backend)->name(),
+                                     " on ", device.ToString()));
+  // The executor reports only while it exists, and DestroyDevicePaths
+  // destroys it before what the report reaches.
   auto executor = std::make_unique<Executor>(
-      backend->get(), set.rank, set.size(), options_.join_average_over_set_size,
-      options_.rank == 0 ? &timeline_ : nullptr,
-      [this](const absl::Status& status) { Fatal(status); });
-  executor->set_phase_times(options_.phase_times);
-  // Fatal() reads them from other threads.
-  MutexLock lock(&sets_mu_);
+      backend->get(), set.rank, set.size(), options.join_average_over_set_size,
+      options.rank == 0 ? context_.timeline : nullptr, context_.fatal);
+  executor->set_phase_times(options.phase_times);
+  // Close() reads them from other threads.
+  MutexLock lock(&mu_);
   set.cuda_backend = std::move(*backend);
   set.cuda_executor = std::move(executor);
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
-    int process_set, const char* op, const std::string& name) const {
-  {
-    MutexLock lock(&sets_mu_);
-    auto it = sets_.find(process_set);
-    if (it != sets_.end() && it->second->member()) return it->second;
-  }
-  return MemberSet(process_set, absl::StrCat(op, " \"", name, "\""));
+std::shared_ptr<ProcessSetState> ProcessSets::Find(int id) const {
+  MutexLock lock(&mu_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second;
 }
 
-absl::StatusOr<std::shared_ptr<ProcessSetState>> RuntimeImpl::MemberSet(
-    int process_set, const std::string& what) const {
-  MutexLock lock(&sets_mu_);
-  auto it = sets_.find(process_set);
+std::map<int, std::shared_ptr<ProcessSetState>> ProcessSets::All() const {
+  MutexLock lock(&mu_);
+  return sets_;
+}
+
+absl::StatusOr<std::shared_ptr<ProcessSetState>> ProcessSets::Member(
+    int id, const char* op, const std::string& name) const {
+  {
+    MutexLock lock(&mu_);
+    auto it = sets_.find(id);
+    if (it != sets_.end() && it->second->member()) return it->second;
+  }
+  return Member(id, absl::StrCat(op, " \"", name, "\""));
+}
+
+absl::StatusOr<std::shared_ptr<ProcessSetState>> ProcessSets::Member(
+    int id, const std::string& what) const {
+  MutexLock lock(&mu_);
+  auto it = sets_.find(id);
   if (it == sets_.end()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": unknown process set ", process_set));
+        absl::StrCat(what, ": unknown process set ", id));
   }
   if (!it->second->member()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": rank ", options_.rank, " is not a member of process set ",
-        process_set, " (ranks ", absl::StrJoin(it->second->ranks, ", "), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": rank ", context_.options->rank,
+                     " is not a member of process set ", id, " (ranks ",
+                     absl::StrJoin(it->second->ranks, ", "), ")"));
   }
   return it->second;
 }
 
-absl::StatusOr<std::vector<int>> RuntimeImpl::SetRanks(int process_set) const {
-  MutexLock lock(&sets_mu_);
-  auto it = sets_.find(process_set);
+absl::StatusOr<std::vector<int>> ProcessSets::Ranks(int id) const {
+  MutexLock lock(&mu_);
+  auto it = sets_.find(id);
   if (it == sets_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("unknown process set ", process_set));
+    return absl::NotFoundError(absl::StrCat("unknown process set ", id));
   }
   return it->second->ranks;
 }
 
-absl::Status RuntimeImpl::ForgetProcessSet(int id) {
-  if (id == kGlobalProcessSet) {
-    return absl::InvalidArgumentError(
-        "remove_process_set: the global process set (0) cannot be removed");
-  }
-  std::shared_ptr<ProcessSetState> set;
+void ProcessSets::Close(const absl::Status& status) {
+  std::vector<std::shared_ptr<ProcessSetState>> sets;
+  std::vector<std::pair<Executor*, Backend*>> device_paths;
   {
-    MutexLock lock(&sets_mu_);
-    auto it = sets_.find(id);
-    if (it == sets_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("remove_process_set: unknown process set ", id));
+    MutexLock lock(&mu_);
+    for (auto& [id, set] : sets_) {
+      sets.push_back(set);
+      if (set->cuda_executor) {
+        device_paths.emplace_back(set->cuda_executor.get(),
+                                  set->cuda_backend.get());
+      }
     }
-    set = std::move(it->second);
-    sets_.erase(it);
   }
-  queue_.FailSet(
-      id, absl::AbortedError(absl::StrCat("process set ", id, " was removed")));
-  if (set->backend) set->backend->Close();
-  return absl::OkStatus();
+  for (auto& set : sets) {
+    if (set->backend) set->backend->Close();
+  }
+  // Collectives already queued on a device fail now; the backend aborts
+  // its communicators so that nothing waits on them any more.
+  for (auto& [executor, backend] : device_paths) {
+    executor->FailPending(status);
+    backend->Close();
+  }
 }
 
-absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
-  if (process_set == kGlobalProcessSet) {
-    return absl::InvalidArgumentError(
-        "remove_process_set: the global process set (0) cannot be removed");
-  }
+void ProcessSets::DestroyDevicePaths() {
+  std::vector<std::pair<std::unique_ptr<Executor>, std::unique_ptr<Backend>>>
+      device_paths;
   {
-    MutexLock lock(&sets_mu_);
-    if (!sets_.count(process_set)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "remove_process_set: unknown process set ", process_set));
+    MutexLock lock(&mu_);
+    for (auto& [id, set] : sets_) {
+      if (set->cuda_executor) {
+        device_paths.emplace_back(std::move(set->cuda_executor),
+                                  std::move(set->cuda_backend));
+      }
     }
   }
-  TensorEntry entry;
-  entry.request.set_type(wire::REMOVE_PROCESS_SET);
-  entry.request.set_name(
-      absl::StrCat("__kolo_remove_process_set_", process_set_calls_++));
-  entry.request.set_target_process_set(process_set);
-  auto work = Submit(std::move(entry));
-  if (!work.ok()) return work.status();
-  return work->Wait();
-}
-
-absl::StatusOr<int> RuntimeImpl::SubmitForValue(TensorEntry entry) {
-  auto work = Submit(std::move(entry));
-  if (!work.ok()) return work.status();
-  KOLO_RETURN_IF_ERROR(work->Wait());
-  return static_cast<int>(internal::WorkAccess::State(*work)->value());
-}
-
-absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
-  const std::string name =
-      absl::StrCat("__kolo_process_set_", process_set_calls_++);
-  if (ranks.empty()) {
-    return absl::InvalidArgumentError("a process set needs at least one rank");
+  for (auto& [executor, backend] : device_paths) {
+    executor.reset();
+    backend.reset();
   }
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= options_.size ||
-        (i > 0 && ranks[i] <= ranks[i - 1])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("process set ranks [", absl::StrJoin(ranks, ", "),
-                       "] must be distinct ranks of the job (0 to ",
-                       options_.size - 1, "), sorted"));
+}
+
+int64_t ProcessSets::buffer_bytes() const {
+  int64_t bytes = 0;
+  MutexLock lock(&mu_);
+  for (const auto& [id, set] : sets_) {
+    if (set->executor) bytes += set->executor->buffer_bytes();
+  }
+  return bytes;
+}
+
+void ProcessSets::AddCounters(std::map<std::string, int64_t>* counters) const {
+  int64_t requests_received = 0, cache_hits_received = 0;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [id, set] : sets_) {
+      if (set->coordinator) {
+        requests_received += set->coordinator->requests_received();
+        cache_hits_received += set->coordinator->cache_hits_received();
+      }
     }
   }
-  TensorEntry entry;
-  entry.request.set_type(wire::ADD_PROCESS_SET);
-  entry.request.set_name(name);
-  for (int r : ranks) entry.request.add_member_ranks(r);
-  return SubmitForValue(std::move(entry));
-}
-
-// Note [Sets created by their members] in runtime/negotiation/coordinator.cc.
-absl::StatusOr<int> RuntimeImpl::AddMemberProcessSet(
-    const std::vector<int>& ranks, const std::string& key) {
-  if (key.empty()) {
-    return absl::InvalidArgumentError(
-        "a process set created by its members needs a key that names it");
-  }
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= options_.size ||
-        (i > 0 && ranks[i] <= ranks[i - 1])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "process set \"", key, "\": ranks [", absl::StrJoin(ranks, ", "),
-          "] must be distinct ranks of the job (0 to ", options_.size - 1,
-          "), sorted"));
-    }
-  }
-  if (!std::binary_search(ranks.begin(), ranks.end(), options_.rank)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("process set \"", key, "\": rank ", options_.rank,
-                     " is not one of its ranks [", absl::StrJoin(ranks, ", "),
-                     "]; only members create it"));
-  }
-  TensorEntry entry;
-  entry.request.set_type(wire::ADD_MEMBER_PROCESS_SET);
-  entry.request.set_name(absl::StrCat("__kolo_member_set_", key));
-  for (int r : ranks) entry.request.add_member_ranks(r);
-  return SubmitForValue(std::move(entry));
+  (*counters)["coordinator.requests_received"] = requests_received;
+  (*counters)["coordinator.cache_hits_received"] = cache_hits_received;
 }
 
 }  // namespace kolo

@@ -116,7 +116,11 @@ absl::Status ClaimRank(Store& store, const Options& o) {
 RuntimeImpl::RuntimeImpl(const Options& options)
     : options_(options),
       logger_(options.log_level, options.rank),
-      queue_([this] { Notify(); }) {}
+      queue_([this] { Notify(); }),
+      sets_(ProcessSets::Context{
+          &options_, &logger_, &timeline_,
+          [this](const absl::Status& s) { return ExplainCollectiveFailure(s); },
+          [this](const absl::Status& s) { Fatal(s); }}) {}
 
 RuntimeImpl::~RuntimeImpl() {
   // Only reached once the background thread no longer runs our code, or
@@ -131,23 +135,8 @@ RuntimeImpl::~RuntimeImpl() {
   // No control-plane reader calls Fatal() after this.
   if (control_) control_->Close();
   // Then the device paths, while everything their failure reports reach
-  // (Fatal) still exists; each executor goes before its backend, whose
-  // destructor fails what is still queued on the device.
-  std::vector<std::pair<std::unique_ptr<Executor>, std::unique_ptr<Backend>>>
-      device_paths;
-  {
-    MutexLock lock(&sets_mu_);
-    for (auto& [id, set] : sets_) {
-      if (set->cuda_executor) {
-        device_paths.emplace_back(std::move(set->cuda_executor),
-                                  std::move(set->cuda_backend));
-      }
-    }
-  }
-  for (auto& [executor, backend] : device_paths) {
-    executor.reset();
-    backend.reset();
-  }
+  // (Fatal) still exists.
+  sets_.DestroyDevicePaths();
   timeline_.Stop();
   if (store_server_) store_server_->Stop();
 }
@@ -277,8 +266,6 @@ absl::Status RuntimeImpl::Start() {
     control_ = std::move(*control);
   }
 
-  std::vector<int> all(options_.size);
-  for (int r = 0; r < options_.size; ++r) all[r] = r;
   if (control_ && options_.shm) {
     auto hosts = JobHosts(*store_, options_.size, options_.start_timeout);
     if (!hosts.ok()) return hosts.status();
@@ -296,11 +283,11 @@ absl::Status RuntimeImpl::Start() {
         if (host_ranks[0] == options_.rank && options_.rank != 0) {
           exchange_ = std::make_unique<LeaderExchange>(
               host_ranks, control_.get(), &log_runner_,
-              LeaderExchange::Batching{options_.cycle_time,
-                                       options_.cache_capacity,
-                                       [this](int64_t id) {
-                                         return !global_->cache->IsCurrent(id);
-                                       }});
+              LeaderExchange::Batching{
+                  options_.cycle_time, options_.cache_capacity,
+                  [this](int64_t id) {
+                    return !sets_.global().cache->IsCurrent(id);
+                  }});
         }
         if (Wakeup* doorbell = control_->doorbell()) wakeup_.store(doorbell);
         logger_.Info(absl::StrCat("control plane over TCP; this host's ",
@@ -343,12 +330,7 @@ absl::Status RuntimeImpl::Start() {
   if (!exchange_)
     exchange_ =
         std::make_unique<CoordinatorExchange>(control_.get(), &log_runner_);
-  RegisterProcessSet(kGlobalProcessSet, all);
-  {
-    MutexLock lock(&sets_mu_);
-    global_ = sets_.at(kGlobalProcessSet);
-  }
-  KOLO_RETURN_IF_ERROR(ConnectProcessSet(*global_));
+  KOLO_RETURN_IF_ERROR(sets_.Start(store_));
   if (!options_.timeline_path.empty() && options_.rank == 0) {
     KOLO_RETURN_IF_ERROR(
         timeline_.Start(options_.timeline_path, options_.timeline_mark_cycles));
@@ -382,8 +364,8 @@ absl::Status RuntimeImpl::Prepare(TensorEntry* entry) {
   }
   if (entry->input.device.type == DeviceType::kCuda) {
     // One NCCL communicator per process set and rank: on one GPU.
-    auto set = MemberSet(entry->request.process_set(),
-                         CollectiveName(entry->request.type()));
+    auto set = sets_.Member(entry->request.process_set(),
+                            CollectiveName(entry->request.type()));
     if (!set.ok()) return set.status();
     int expected = -1;
     const int index = entry->input.device.index;
@@ -458,10 +440,7 @@ RuntimeStats RuntimeImpl::stats() const {
   s.negotiation_messages_sent =
       counters_.request_lists_sent + exchange["relay.host_messages_sent"];
   s.negotiation_messages_received = counters_.response_lists_received;
-  MutexLock lock(&sets_mu_);
-  for (const auto& [id, set] : sets_) {
-    if (set->executor) s.host_buffer_bytes += set->executor->buffer_bytes();
-  }
+  s.host_buffer_bytes = sets_.buffer_bytes();
   return s;
 }
 
@@ -492,18 +471,7 @@ std::map<std::string, int64_t> RuntimeImpl::Counters() const {
   int64_t sleeps = own_wakeup_.sleeps();
   if (loop_wakeup != &own_wakeup_) sleeps += loop_wakeup->sleeps();
   c["loop.sleeps"] = sleeps;
-  int64_t requests_received = 0, cache_hits_received = 0;
-  {
-    MutexLock lock(&sets_mu_);
-    for (const auto& [id, set] : sets_) {
-      if (set->coordinator) {
-        requests_received += set->coordinator->requests_received();
-        cache_hits_received += set->coordinator->cache_hits_received();
-      }
-    }
-  }
-  c["coordinator.requests_received"] = requests_received;
-  c["coordinator.cache_hits_received"] = cache_hits_received;
+  sets_.AddCounters(&c);
   return c;
 }
 
@@ -536,27 +504,7 @@ void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
   // (ExplainCollectiveFailure).
   // Closing our data-plane connections makes peers blocked in a collective
   // with us fail at once instead of at their timeout; ours ends the same way.
-  std::vector<std::shared_ptr<ProcessSetState>> sets;
-  std::vector<std::pair<Executor*, Backend*>> device_paths;
-  {
-    MutexLock lock(&sets_mu_);
-    for (auto& [id, set] : sets_) {
-      sets.push_back(set);
-      if (set->cuda_executor) {
-        device_paths.emplace_back(set->cuda_executor.get(),
-                                  set->cuda_backend.get());
-      }
-    }
-  }
-  for (auto& set : sets) {
-    if (set->backend) set->backend->Close();
-  }
-  // Collectives already queued on a device fail now; the backend aborts
-  // its communicators so that nothing waits on them any more.
-  for (auto& [executor, backend] : device_paths) {
-    executor->FailPending(status);
-    backend->Close();
-  }
+  sets_.Close(status);
   Notify();
 }
 
@@ -675,6 +623,92 @@ void RuntimeImpl::StopForExit() {
   timeline_.Stop();
   if (control_) control_->Close();
   StopLoop(absl::Now() + absl::Milliseconds(500));
+}
+
+absl::Status RuntimeImpl::ForgetProcessSet(int id) {
+  absl::StatusOr<std::shared_ptr<ProcessSetState>> set = sets_.Remove(id);
+  if (!set.ok()) return set.status();
+  queue_.FailSet(
+      id, absl::AbortedError(absl::StrCat("process set ", id, " was removed")));
+  if ((*set)->backend) (*set)->backend->Close();
+  return absl::OkStatus();
+}
+
+absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {
+  if (process_set == kGlobalProcessSet) {
+    return absl::InvalidArgumentError(
+        "remove_process_set: the global process set (0) cannot be removed");
+  }
+  if (!sets_.Find(process_set)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remove_process_set: unknown process set ", process_set));
+  }
+  TensorEntry entry;
+  entry.request.set_type(wire::REMOVE_PROCESS_SET);
+  entry.request.set_name(
+      absl::StrCat("__kolo_remove_process_set_", process_set_calls_++));
+  entry.request.set_target_process_set(process_set);
+  auto work = Submit(std::move(entry));
+  if (!work.ok()) return work.status();
+  return work->Wait();
+}
+
+absl::StatusOr<int> RuntimeImpl::SubmitForValue(TensorEntry entry) {
+  auto work = Submit(std::move(entry));
+  if (!work.ok()) return work.status();
+  KOLO_RETURN_IF_ERROR(work->Wait());
+  return static_cast<int>(internal::WorkAccess::State(*work)->value());
+}
+
+absl::StatusOr<int> RuntimeImpl::AddProcessSet(const std::vector<int>& ranks) {
+  const std::string name =
+      absl::StrCat("__kolo_process_set_", process_set_calls_++);
+  if (ranks.empty()) {
+    return absl::InvalidArgumentError("a process set needs at least one rank");
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= options_.size ||
+        (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("process set ranks [", absl::StrJoin(ranks, ", "),
+                       "] must be distinct ranks of the job (0 to ",
+                       options_.size - 1, "), sorted"));
+    }
+  }
+  TensorEntry entry;
+  entry.request.set_type(wire::ADD_PROCESS_SET);
+  entry.request.set_name(name);
+  for (int r : ranks) entry.request.add_member_ranks(r);
+  return SubmitForValue(std::move(entry));
+}
+
+// Note [Sets created by their members] in runtime/negotiation/coordinator.cc.
+absl::StatusOr<int> RuntimeImpl::AddMemberProcessSet(
+    const std::vector<int>& ranks, const std::string& key) {
+  if (key.empty()) {
+    return absl::InvalidArgumentError(
+        "a process set created by its members needs a key that names it");
+  }
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= options_.size ||
+        (i > 0 && ranks[i] <= ranks[i - 1])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "process set \"", key, "\": ranks [", absl::StrJoin(ranks, ", "),
+          "] must be distinct ranks of the job (0 to ", options_.size - 1,
+          "), sorted"));
+    }
+  }
+  if (!std::binary_search(ranks.begin(), ranks.end(), options_.rank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("process set \"", key, "\": rank ", options_.rank,
+                     " is not one of its ranks [", absl::StrJoin(ranks, ", "),
+                     "]; only members create it"));
+  }
+  TensorEntry entry;
+  entry.request.set_type(wire::ADD_MEMBER_PROCESS_SET);
+  entry.request.set_name(absl::StrCat("__kolo_member_set_", key));
+  for (int r : ranks) entry.request.add_member_ranks(r);
+  return SubmitForValue(std::move(entry));
 }
 
 }  // namespace kolo

@@ -1,7 +1,7 @@
 // RuntimeImpl: owns everything one Runtime runs: the store, the control
-// plane, the process sets (each with its backend, executor, response cache
-// and, on rank 0, its coordinator), the tensor queue and the background
-// thread.
+// plane, the process sets (ProcessSets: each set's backends, executors,
+// response cache and, on rank 0, its coordinator), the exchange
+// (HitExchange), the tensor queue and the background thread.
 //
 // Threads: the public methods run on caller threads; BackgroundLoop() on the
 // background thread, which negotiates and issues collectives; a caller in
@@ -29,6 +29,7 @@
 #include "runtime/loop/board_exchange.h"
 #include "runtime/loop/executor.h"
 #include "runtime/loop/hit_exchange.h"
+#include "runtime/loop/process_sets.h"
 #include "runtime/loop/tensor_queue.h"
 #include "runtime/negotiation/coordinator.h"
 #include "runtime/negotiation/host_batch.h"
@@ -43,34 +44,6 @@ namespace kolo {
 namespace rendezvous {
 class TcpStoreServer;
 }
-
-// One process set as seen by this process.
-struct ProcessSetState {
-  int id = 0;
-  std::vector<int> ranks;  // global ranks, sorted
-  int rank = -1;           // this process's rank in the set; -1: not a member
-  // Members only (background thread). The CPU path is connected when the
-  // set is; the CUDA path when the set's first CUDA response runs (on every
-  // rank at the same point of the response order). Each executor is
-  // declared after its backend, so that it goes first.
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Executor> executor;
-  std::unique_ptr<Backend> cuda_backend;
-  std::unique_ptr<Executor> cuda_executor;
-  // The GPU this rank's CUDA tensors of the set are on: fixed by the first
-  // one submitted (-1: none yet). Caller threads.
-  std::atomic<int> cuda_device{-1};
-  std::unique_ptr<ResponseCache> own_cache;
-  ResponseCache* cache = nullptr;  // own_cache, or the coordinator's on rank 0
-  int64_t executed_seq = 0;
-  // Global rank 0 only: negotiation for the set.
-  std::unique_ptr<Coordinator> coordinator;
-  // Caller threads: numbers barriers so that every rank names them alike.
-  std::atomic<int64_t> barriers{0};
-
-  bool member() const { return rank >= 0; }
-  int size() const { return static_cast<int>(ranks.size()); }
-};
 
 class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
  public:
@@ -98,24 +71,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   void NewEntries(size_t n, std::vector<std::unique_ptr<TensorEntry>>* out) {
     queue_.NewEntries(n, out);
   }
-  // The set (and this rank's place in it); InvalidArgument naming `what`
-  // if unknown or if this rank is not a member.
-  absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
-      int process_set, const std::string& what) const;
-  // The same; errors name `op` "`name`" (built only on error: this runs for
-  // every submission).
-  absl::StatusOr<std::shared_ptr<ProcessSetState>> MemberSet(
-      int process_set, const char* op, const std::string& name) const;
-  // Whether this rank is a member of the set, with MemberSet's errors.
-  // The global set (every rank, registered by Start, never removed) is
-  // answered without the sets' lock: a step's every submission asks.
-  absl::Status CheckMember(int process_set, const char* op,
-                           const std::string& name) const {
-    if (process_set == kGlobalProcessSet) return absl::OkStatus();
-    return MemberSet(process_set, op, name).status();
-  }
-  absl::StatusOr<std::vector<int>> SetRanks(int process_set) const;
-
+  // The process sets (lookups for the API's checks).
+  const ProcessSets& sets() const { return sets_; }
   absl::StatusOr<int> Join();
   absl::StatusOr<int> AddProcessSet(const std::vector<int>& ranks);
   // Submits a collective whose result is one number (Join's last rank, a
@@ -177,19 +134,9 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // Coordinator: a host leader's message.
   bool AcceptHostRequests(int from, wire::HostRequests& message,
                           absl::Time now);
-  void RegisterProcessSet(int id, std::vector<int> ranks);
   // Background thread, at the negotiated removal: fails the set's pending
   // work and drops the set (its backend closes with its last reference).
   absl::Status ForgetProcessSet(int id);
-  absl::Status ConnectProcessSet(ProcessSetState& set);
-  // The set's CUDA backend and executor on `device`, created on first use.
-  absl::Status ConnectDevicePath(ProcessSetState& set, const Device& device);
-  // Each set rank's host identity, as published in Start().
-  absl::StatusOr<std::vector<std::string>> SetHosts(
-      const ProcessSetState& set) const;
-  // What a backend of the set gets to connect with.
-  BackendContext SetContext(const ProcessSetState& set,
-                            const std::string& prefix) const;
   void Notify();
   // Fails all pending and future work with `status`, logged as an error
   // unless `quiet` (the program itself ended the runtime). Any thread.
@@ -208,9 +155,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   TensorQueue queue_;
   Timeline timeline_;
 
-  mutable Mutex sets_mu_;
-  std::map<int, std::shared_ptr<ProcessSetState>> sets_
-      KOLO_GUARDED_BY(sets_mu_);
+  // After options_, logger_ and timeline_, which it uses.
+  ProcessSets sets_;
 
   // Wakes the background thread: own_wakeup_, or (set before the thread
   // starts) the control plane's doorbell in shared memory, which peers ring
@@ -244,8 +190,6 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // SendRequests: per process set, the cache ids of one pass (storage kept
   // from pass to pass). Background thread only.
   std::map<int, std::vector<int64_t>> hits_to_send_;
-  // The global set (registered by Start, never removed).
-  std::shared_ptr<ProcessSetState> global_;
   // Note [The exchange] (hit_exchange.h): how this rank's hits are ANDed
   // with the others' and its request lists sent, on this job's transport.
   // Set by Start; background thread (the loop's turn), counters any.

@@ -1,6 +1,7 @@
-// The runtime's choice of CPU backend (ConnectProcessSet): shm for a set
-// whose ranks are all on this host when KOLO_SHM is on, gloo otherwise; N
-// Runtimes as threads, results checked through every collective.
+// The runtime's choice of CPU backend (ProcessSets::Connect, Note [The CPU path
+// of a set]): shm for a set whose ranks are all on this host when KOLO_SHM is
+// on, gloo otherwise; N Runtimes as threads, results checked through every
+// collective.
 #include <algorithm>
 #include <numeric>
 #include <string>
