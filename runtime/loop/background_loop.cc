@@ -128,9 +128,7 @@ void RuntimeImpl::BackgroundLoop() {
           exchange_->Hold(std::move(*event.message.mutable_response_list()));
         } else if (!coordinator && event.message.has_shutdown_waiting()) {
           const auto& ranks = event.message.shutdown_waiting().ranks();
-          MutexLock lock(&state_mu_);
-          shutdown_waiting_.assign(ranks.begin(), ranks.end());
-          shutdown_waiting_known_ = true;
+          job_.SetShutdownWaiting({ranks.begin(), ranks.end()});
         }
         if (!fatal_status().ok()) break;
       }
@@ -150,11 +148,7 @@ void RuntimeImpl::BackgroundLoop() {
   // A leader whose loop ends before the job's end (an error): its host's
   // ranks must not wait for it.
   exchange_->LoopEnded(done);
-  {
-    MutexLock lock(&state_mu_);
-    loop_done_ = true;
-  }
-  state_cv_.NotifyAll();
+  job_.LoopEnded();
 }
 
 // Note [Coalescing submissions]
@@ -349,12 +343,7 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
   for (int r = 0; r < global.size(); ++r) {
     if (!asked.count(r)) waiting.push_back(r);
   }
-  {
-    MutexLock lock(&state_mu_);
-    if (shutdown_waiting_known_ && shutdown_waiting_ == waiting) return;
-    shutdown_waiting_ = waiting;
-    shutdown_waiting_known_ = true;
-  }
+  if (!job_.SetShutdownWaiting(waiting)) return;
   if (!control_ || waiting.empty()) return;  // Empty: the final list says it.
   wire::ControlMessage message;
   for (int r : waiting) message.mutable_shutdown_waiting()->add_ranks(r);

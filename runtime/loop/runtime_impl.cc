@@ -478,13 +478,7 @@ std::map<std::string, int64_t> RuntimeImpl::Counters() const {
 void RuntimeImpl::Notify() { wakeup_.load()->Notify(); }
 
 void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
-  {
-    MutexLock lock(&state_mu_);
-    if (!fatal_.ok()) return;
-    fatal_ = status;
-    failed_.store(true, std::memory_order_release);
-  }
-  state_cv_.NotifyAll();
+  if (!job_.Fail(status)) return;
   accepting_ = false;
   if (quiet) {
     logger_.Info(std::string(status.message()));
@@ -508,29 +502,13 @@ void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
   Notify();
 }
 
-absl::Status RuntimeImpl::fatal_status() {
-  // The loop asks several times a pass: without a failure, no lock (whose
-  // line callers would then fetch back on their next submission).
-  if (!failed_.load(std::memory_order_acquire)) return absl::OkStatus();
-  MutexLock lock(&state_mu_);
-  return fatal_;
-}
-
 absl::Status RuntimeImpl::ExplainCollectiveFailure(const absl::Status& error) {
-  MutexLock lock(&state_mu_);
-  const absl::Time until = absl::Now() + kExplainWait;
-  while (fatal_.ok() && state_cv_.WaitUntil(&state_mu_, until)) {
-  }
-  if (!fatal_.ok()) return fatal_;
-  return error;
+  absl::Status fatal = job_.WaitForFailure(absl::Now() + kExplainWait);
+  return fatal.ok() ? error : fatal;
 }
 
 bool RuntimeImpl::StopLoop(absl::Time deadline) {
-  MutexLock lock(&state_mu_);
-  while (!loop_done_ && state_cv_.WaitUntil(&state_mu_, deadline)) {
-  }
-  const bool finished = loop_done_;
-  lock.Unlock();
+  const bool finished = job_.WaitLoopEnded(deadline);
   if (thread_.joinable()) {
     if (finished) {
       thread_.join();
@@ -560,12 +538,9 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   // The loop ends once every rank has asked to shut down.
   if (!StopLoop(deadline)) {
     std::string waiting_for = "the other ranks";
-    {
-      MutexLock lock(&state_mu_);
-      if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
-        waiting_for = absl::StrCat(RankList(shutdown_waiting_),
-                                   " (which never called Shutdown)");
-      }
+    if (std::vector<int> waiting = job_.ShutdownWaiting(); !waiting.empty()) {
+      waiting_for =
+          absl::StrCat(RankList(waiting), " (which never called Shutdown)");
     }
     Fatal(absl::DeadlineExceededError(
         absl::StrCat("Shutdown timed out after ", FormatSeconds(timeout),
@@ -596,11 +571,10 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
   if (absl::IsUnavailable(fatal) && options_.rank != 0) {
     // The coordinator's own Shutdown timed out a moment before ours and it
     // left: what it waited for is the reason, not its departure.
-    MutexLock lock(&state_mu_);
-    if (shutdown_waiting_known_ && !shutdown_waiting_.empty()) {
+    if (std::vector<int> waiting = job_.ShutdownWaiting(); !waiting.empty()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "Shutdown failed: the coordinator (rank 0) stopped waiting for ",
-          RankList(shutdown_waiting_),
+          RankList(waiting),
           " (which never called Shutdown) to shut down, and left (",
           fatal.message(), ")"));
     }

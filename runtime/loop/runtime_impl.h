@@ -1,7 +1,8 @@
 // RuntimeImpl: owns everything one Runtime runs: the store, the control
 // plane, the process sets (ProcessSets: each set's backends, executors,
 // response cache and, on rank 0, its coordinator), the exchange
-// (HitExchange), the tensor queue and the background thread.
+// (HitExchange), what it knows of the job (JobState), the tensor queue and
+// the background thread.
 //
 // Threads: the public methods run on caller threads; BackgroundLoop() on the
 // background thread, which negotiates and issues collectives; a caller in
@@ -29,6 +30,7 @@
 #include "runtime/loop/board_exchange.h"
 #include "runtime/loop/executor.h"
 #include "runtime/loop/hit_exchange.h"
+#include "runtime/loop/job_state.h"
 #include "runtime/loop/process_sets.h"
 #include "runtime/loop/tensor_queue.h"
 #include "runtime/negotiation/coordinator.h"
@@ -141,7 +143,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // Fails all pending and future work with `status`, logged as an error
   // unless `quiet` (the program itself ended the runtime). Any thread.
   void Fatal(const absl::Status& status, bool quiet = false);
-  absl::Status fatal_status();
+  absl::Status fatal_status() const { return job_.status(); }
   // After a failed collective: give the control plane a moment to say which
   // rank was lost, since that message is the useful one.
   absl::Status ExplainCollectiveFailure(const absl::Status& backend_error);
@@ -168,17 +170,8 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::shared_ptr<std::atomic<int>> waiters_ =
       std::make_shared<std::atomic<int>>(0);
 
-  Mutex state_mu_;
-  CondVar state_cv_;
-  absl::Status fatal_ KOLO_GUARDED_BY(state_mu_);
-  // fatal_ is set (written under state_mu_, read without it).
-  std::atomic<bool> failed_{false};
-  bool loop_done_ KOLO_GUARDED_BY(state_mu_) = false;
-  // Ranks that have not asked to shut down although some have, as the
-  // coordinator last said (wire::ShutdownWaiting); for Shutdown()'s
-  // timeout message.
-  std::vector<int> shutdown_waiting_ KOLO_GUARDED_BY(state_mu_);
-  bool shutdown_waiting_known_ KOLO_GUARDED_BY(state_mu_) = false;
+  // The job's error, the loop's end, the ranks a shutdown waits for.
+  JobState job_;
   std::atomic<bool> accepting_{false};
   std::atomic<bool> shutdown_requested_{false};
   std::atomic<bool> stopped_{false};
@@ -204,7 +197,7 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
     }
     bool IsMember(int process_set) override;
     void ExecuteList(int process_set, const wire::ResponseList& list) override;
-    bool failed() override { return !impl_->fatal_status().ok(); }
+    bool failed() override { return impl_->job_.failed(); }
     void Fatal(const absl::Status& status) override { impl_->Fatal(status); }
 
    private:
