@@ -1,7 +1,8 @@
 // The background loop of a Runtime: one thread per Runtime that takes
 // the callers' submissions, negotiates them (as the coordinator on rank 0,
-// through it elsewhere), executes the response lists in order and completes
-// the Works (Note [Background loop]). Methods of RuntimeImpl
+// through it elsewhere) and executes the log (the response lists in order;
+// what each entry does is LogExecutor's, log_executor.h) (Note [Background
+// loop]). Methods of RuntimeImpl
 // (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
 // errors) is in runtime_impl.cc, a caller's turn in caller_turn.cc, the
 // coordinator's taking of request lists in accept_requests.cc. How hits are
@@ -214,7 +215,7 @@ void RuntimeImpl::SendRequests(absl::Time now) {
           run_list = &lists[run_set];
           run_hits = &hits[run_set];
         }
-        if (r.type() == wire::JOIN) joined_ = true;
+        if (r.type() == wire::JOIN) log_.Joined();
         const int64_t id = run_cache->Lookup(r);
         if (id >= 0) {
           run_hits->push_back(id);
@@ -365,187 +366,8 @@ void RuntimeImpl::SendList(ProcessSetState& set,
       return;
     }
   }
-  if (set.member()) ExecuteList(set, list, /*sent_here=*/true);
+  if (set.member()) log_.ExecuteList(set, list, /*made_here=*/true);
   exchange_->ListExecuted();
-}
-
-void RuntimeImpl::ExecuteList(ProcessSetState& set,
-                              const wire::ResponseList& list, bool sent_here) {
-  if (list.shutdown() && control_) control_->MarkShuttingDown();
-  ++counters_.response_lists_received;
-  // The coordinator applied the cache changes when it built the list.
-  const bool apply_cache = !sent_here && !list.cache_frozen();
-  for (const wire::Response& response : list.responses()) {
-    ExecuteResponse(set, response, apply_cache);
-    if (!fatal_status().ok()) return;
-  }
-  set.executed_seq = list.seq();
-  // Only the coordinator reads evicted entries.
-  if (!sent_here) set.cache->PruneGraveyard(list.seq());
-}
-
-bool RuntimeImpl::ExecuteBoardIds(const HitBoardShared::Record& record,
-                                  int64_t fusion_threshold_bytes, bool caller) {
-  ProcessSetState& global = sets_.global();
-  // Every rank plans the same fusion: the same ids, the same cache (Note
-  // [Hits on the board]), the coordinator's threshold.
-  PhaseClock clock(options_.phase_times);
-  board_singles_.clear();
-  for (uint32_t i = 0; i < record.count; ++i) {
-    const wire::Response* cached = global.cache->CachedResponse(record.ids[i]);
-    if (!cached) {
-      Fatal(absl::InternalError(absl::StrCat(
-          "rank ", options_.rank, ": hit board names cache id ", record.ids[i],
-          ", which this rank's response cache does not hold")));
-      return true;
-    }
-    // Note [Caller turns]: CUDA tensors are the thread's.
-    if (caller &&
-        cached->device_type() == static_cast<int>(DeviceType::kCuda)) {
-      return false;
-    }
-    board_singles_.push_back(cached);
-  }
-  ++counters_.board_records_executed;
-  const std::vector<std::vector<size_t>> buckets =
-      PlanBuckets(board_singles_, fusion_threshold_bytes, global.size());
-  if (clock.on()) counters_.prepare_ns += clock.Lap();
-  for (const std::vector<size_t>& bucket : buckets) {
-    board_response_.Clear();
-    board_bucket_.clear();
-    for (size_t i : bucket) {
-      board_response_.add_cache_ids(record.ids[i]);
-      board_bucket_.push_back(board_singles_[i]);
-    }
-    // Touched in every rank's cache here, rank 0's (the coordinator's)
-    // included (Note [Hits on the board]); the responses looked up above
-    // stay (touching an id keeps its entry).
-    ExecuteResponse(global, board_response_, /*apply_cache=*/true,
-                    board_bucket_.data());
-    if (!fatal_status().ok()) return true;
-  }
-  return true;
-}
-
-bool RuntimeImpl::LogRunner::IsMember(int process_set) {
-  std::shared_ptr<ProcessSetState> set = impl_->sets_.Find(process_set);
-  return set && set->member();
-}
-
-void RuntimeImpl::LogRunner::ExecuteList(int process_set,
-                                         const wire::ResponseList& list) {
-  impl_->ExecuteList(*impl_->sets_.Find(process_set), list,
-                     /*sent_here=*/false);
-}
-
-void RuntimeImpl::ExecuteResponse(ProcessSetState& set,
-                                  const wire::Response& compact,
-                                  bool apply_cache,
-                                  const wire::Response* const* cached) {
-  PhaseClock clock(options_.phase_times);
-  // A response that came as cache ids is rebuilt from this rank's cache,
-  // into storage kept from one response to the next.
-  const bool from_cache = compact.cache_ids_size() > 0;
-  const wire::Response& response = from_cache ? expanded_ : compact;
-  if (from_cache && cached) {
-    ExpandCachedResponse(cached, compact, &expanded_);
-  } else if (from_cache &&
-             !ExpandCachedResponse(*set.cache, compact, &expanded_)) {
-    Fatal(absl::InternalError(
-        absl::StrCat("rank ", options_.rank, ": response cache of process set ",
-                     set.id, " out of step with the coordinator")));
-    return;
-  }
-  if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
-    std::vector<int> ranks(response.member_ranks().begin(),
-                           response.member_ranks().end());
-    absl::Status s =
-        sets_.Create(response.new_process_set(), std::move(ranks)).status();
-    auto entry = queue_.Take(set.id, response.names(0));
-    if (entry) {
-      entry->work->SetValue(response.new_process_set());
-      entry->Complete(s);
-    }
-    if (!s.ok()) Fatal(s);
-    return;
-  }
-  if (response.type() == wire::RESPONSE_REMOVE_PROCESS_SET) {
-    absl::Status s = ForgetProcessSet(response.target_process_set());
-    auto entry = queue_.Take(set.id, response.names(0));
-    if (entry) entry->Complete(s);
-    return;
-  }
-  if (response.type() == wire::RESPONSE_JOIN) joined_ = false;
-
-  std::vector<std::unique_ptr<TensorEntry>> taken;
-  queue_.TakeAll(set.id, response.names(), &taken);
-  std::vector<std::unique_ptr<TensorEntry>> entries;
-  entries.reserve(response.names_size());
-  for (int i = 0; i < response.names_size(); ++i) {
-    const std::string& name = response.names(i);
-    std::unique_ptr<TensorEntry> entry = std::move(taken[i]);
-    if (!entry && response.type() == wire::RESPONSE_ALLREDUCE && joined_) {
-      // Joined: contribute zeros so that the others' sums go on.
-      entry = std::make_unique<TensorEntry>();
-      const DataType dtype = static_cast<DataType>(response.dtype());
-      entry->scratch = std::make_shared<std::vector<uint8_t>>(
-          response.elements(i) * DataTypeSize(dtype));
-      Device device;
-      if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
-        const int index = set.cuda_device.load();
-        device = Device::Cuda(index >= 0 ? index : options_.local_rank);
-      }
-      entry->input = entry->output = TensorView(entry->scratch->data(), dtype,
-                                                {response.elements(i)}, device);
-      entry->work = std::make_shared<internal::WorkState>();
-    }
-    if (!entry) {
-      if (response.type() == wire::RESPONSE_ERROR) continue;  // Not ours.
-      // Every rank submitted every name of a data response: this one did
-      // not, so the ranks are out of step.
-      Fatal(absl::InternalError(
-          absl::StrCat("rank ", options_.rank, " received a response for \"",
-                       name, "\" that it never submitted")));
-      return;
-    }
-    entries.push_back(std::move(entry));
-  }
-  if (apply_cache) {
-    // Note [One cache protocol], as the coordinator applied it. Every name
-    // of a data response has its entry, in order (or Fatal above).
-    ApplyResponse(
-        *set.cache, compact,
-        [&](int i) -> const wire::Request* { return &entries[i]->request; }, 0);
-  }
-  if (entries.empty()) return;
-  if (response.type() != wire::RESPONSE_ERROR) {
-    ++counters_.collectives_executed;
-    counters_.tensors_executed += static_cast<int64_t>(entries.size());
-  }
-  Executor* executor = set.executor.get();
-  if (response.device_type() == static_cast<int>(DeviceType::kCuda)) {
-    absl::Status connected =
-        sets_.ConnectDevicePath(set, entries.front()->input.device);
-    if (!connected.ok()) {
-      for (auto& e : entries) e->Complete(connected);
-      Fatal(connected);
-      return;
-    }
-    executor = set.cuda_executor.get();
-  }
-  if (clock.on()) counters_.prepare_ns += clock.Lap();
-  const int64_t completed_before = executor->complete_ns();
-  absl::Status s = executor->Execute(response, entries);
-  if (clock.on()) {
-    const int64_t complete = executor->complete_ns() - completed_before;
-    counters_.collective_ns += clock.Lap() - complete;
-    counters_.complete_ns += complete;
-  }
-  // Note [Entries recycled]: the completed entries serve later submissions
-  // (those a device backend completes later are its own until then).
-  queue_.Recycle(&entries);
-  if (clock.on()) counters_.recycle_ns += clock.Lap();
-  if (!s.ok()) Fatal(ExplainCollectiveFailure(s));
 }
 
 }  // namespace kolo

@@ -54,7 +54,8 @@ namespace kolo {
 // coordinator's response lists; on the board, its log).
 class HitExchange {
  public:
-  // What the log runs on (RuntimeImpl: its executor and its fatal error).
+  // What the log runs on (LogExecutor: the sets' executors, the job's
+  // fatal error).
   // A log has two kinds of entries: the coordinator's response lists, and
   // (on the board) records of ids every rank's hits completed.
   class Runner {

@@ -23,9 +23,7 @@ class JobState {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // The job's error; OK while it runs (without the lock, whose cache line
   // callers would otherwise fetch back on their next submission).
-  absl::Status status() const {
-    return failed() ? Error() : absl::OkStatus();
-  }
+  absl::Status status() const { return failed() ? Error() : absl::OkStatus(); }
   // Waits until the job fails or `until` passes; the job's error, or OK.
   absl::Status WaitForFailure(absl::Time until);
 

@@ -120,7 +120,13 @@ RuntimeImpl::RuntimeImpl(const Options& options)
       sets_(ProcessSets::Context{
           &options_, &logger_, &timeline_,
           [this](const absl::Status& s) { return ExplainCollectiveFailure(s); },
-          [this](const absl::Status& s) { Fatal(s); }}) {}
+          [this](const absl::Status& s) { Fatal(s); }}),
+      log_(
+          options_, &sets_, &queue_, &job_,
+          [this](const absl::Status& s) { Fatal(s); },
+          [this](const absl::Status& s) {
+            return ExplainCollectiveFailure(s);
+          }) {}
 
 RuntimeImpl::~RuntimeImpl() {
   // Only reached once the background thread no longer runs our code, or
@@ -264,6 +270,7 @@ absl::Status RuntimeImpl::Start() {
         options_.bind_addr, deadline, std::move(callbacks), liveness);
     if (!control.ok()) return control.status();
     control_ = std::move(*control);
+    log_.set_control(control_.get());
   }
 
   if (control_ && options_.shm) {
@@ -282,7 +289,7 @@ absl::Status RuntimeImpl::Start() {
       if (control_->host_relay()) {
         if (host_ranks[0] == options_.rank && options_.rank != 0) {
           exchange_ = std::make_unique<LeaderExchange>(
-              host_ranks, control_.get(), &log_runner_,
+              host_ranks, control_.get(), &log_,
               LeaderExchange::Batching{
                   options_.cycle_time, options_.cache_capacity,
                   [this](int64_t id) {
@@ -310,7 +317,7 @@ absl::Status RuntimeImpl::Start() {
       if (!shm.ok()) return shm;
       if (HitBoard* board = control_->hit_board()) {
         exchange_ = std::make_unique<BoardExchange>(
-            board, control_.get(), &log_runner_,
+            board, control_.get(), &log_,
             BoardExchange::Limits{options_.op_timeout,
                                   options_.stall_check_time,
                                   options_.stall_shutdown_time});
@@ -328,8 +335,7 @@ absl::Status RuntimeImpl::Start() {
   // Note [The exchange]: the board or a host leader's relay where the
   // control plane set one up, else through the coordinator.
   if (!exchange_)
-    exchange_ =
-        std::make_unique<CoordinatorExchange>(control_.get(), &log_runner_);
+    exchange_ = std::make_unique<CoordinatorExchange>(control_.get(), &log_);
   KOLO_RETURN_IF_ERROR(sets_.Start(store_));
   if (!options_.timeline_path.empty() && options_.rank == 0) {
     KOLO_RETURN_IF_ERROR(
@@ -432,38 +438,39 @@ absl::Status RuntimeImpl::StopTimeline() {
 
 RuntimeStats RuntimeImpl::stats() const {
   RuntimeStats s;
-  s.tensors_executed = counters_.tensors_executed;
-  s.collectives_executed = counters_.collectives_executed;
+  const LogExecutor::Counters& executed = log_.counters();
+  s.tensors_executed = executed.tensors_executed;
+  s.collectives_executed = executed.collectives_executed;
   // A host leader sends its own lists inside its host's messages.
   std::map<std::string, int64_t> exchange;
   if (exchange_) exchange_->AddCounters(&exchange);
   s.negotiation_messages_sent =
       counters_.request_lists_sent + exchange["relay.host_messages_sent"];
-  s.negotiation_messages_received = counters_.response_lists_received;
+  s.negotiation_messages_received = executed.response_lists_received;
   s.host_buffer_bytes = sets_.buffer_bytes();
   return s;
 }
 
 std::map<std::string, int64_t> RuntimeImpl::Counters() const {
   // docs/tuning.md lists them; the names follow the parts that count.
+  const LogExecutor::Counters& executed = log_.counters();
   std::map<std::string, int64_t> c = {
       {"negotiation.requests_sent", counters_.requests_sent},
       {"negotiation.cache_hits_sent", counters_.cache_hits_sent},
       {"negotiation.request_lists_sent", counters_.request_lists_sent},
-      {"negotiation.response_lists_received",
-       counters_.response_lists_received},
+      {"negotiation.response_lists_received", executed.response_lists_received},
       {"board.hits", 0},
-      {"board.records_executed", counters_.board_records_executed},
+      {"board.records_executed", executed.board_records_executed},
       {"relay.host_messages_sent", 0},
       {"relay.host_hits_sent", 0},
       {"relay.host_messages_received", counters_.host_messages_received},
       {"loop.caller_turns", counters_.caller_turns},
       {"loop.caller_turns_completed", counters_.caller_turns_completed},
       {"phase.send_ns", counters_.send_ns},
-      {"phase.prepare_ns", counters_.prepare_ns},
-      {"phase.collective_ns", counters_.collective_ns},
-      {"phase.complete_ns", counters_.complete_ns},
-      {"phase.recycle_ns", counters_.recycle_ns},
+      {"phase.prepare_ns", executed.prepare_ns},
+      {"phase.collective_ns", executed.collective_ns},
+      {"phase.complete_ns", executed.complete_ns},
+      {"phase.recycle_ns", executed.recycle_ns},
   };
   if (exchange_) exchange_->AddCounters(&c);
   // The loop waits on one of the two (Wait: one thread at a time).
@@ -597,15 +604,6 @@ void RuntimeImpl::StopForExit() {
   timeline_.Stop();
   if (control_) control_->Close();
   StopLoop(absl::Now() + absl::Milliseconds(500));
-}
-
-absl::Status RuntimeImpl::ForgetProcessSet(int id) {
-  absl::StatusOr<std::shared_ptr<ProcessSetState>> set = sets_.Remove(id);
-  if (!set.ok()) return set.status();
-  queue_.FailSet(
-      id, absl::AbortedError(absl::StrCat("process set ", id, " was removed")));
-  if ((*set)->backend) (*set)->backend->Close();
-  return absl::OkStatus();
 }
 
 absl::Status RuntimeImpl::RemoveProcessSet(int process_set) {

@@ -31,6 +31,7 @@
 #include "runtime/loop/executor.h"
 #include "runtime/loop/hit_exchange.h"
 #include "runtime/loop/job_state.h"
+#include "runtime/loop/log_executor.h"
 #include "runtime/loop/process_sets.h"
 #include "runtime/loop/tensor_queue.h"
 #include "runtime/negotiation/coordinator.h"
@@ -115,30 +116,17 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   // Coordinator: tells every rank which ranks it still waits for at
   // shutdown, when that changed.
   void ReportShutdownWaiting(const Coordinator& global);
-  void ExecuteList(ProcessSetState& set, const wire::ResponseList& list,
-                   bool sent_here);
-  // `cached`: compact's cached responses in the order of its ids, where
-  // the caller has looked them up (the board's records), else null.
-  void ExecuteResponse(ProcessSetState& set, const wire::Response& compact,
-                       bool apply_cache,
-                       const wire::Response* const* cached = nullptr);
   // Note [Caller turns], holding turn_->mu: sends this rank's new requests
   // and, on the board, executes its log until `work` completes, the spin
   // time passes or the thread must take over (rung). False if it took no
   // turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
-  // One record of the board's log (HitExchange::Runner::ExecuteIds).
-  bool ExecuteBoardIds(const HitBoardShared::Record& record,
-                       int64_t fusion_threshold_bytes, bool caller);
   // Coordinator: one request list of rank `from` for its set; false after
   // Fatal (the rank is not in the set).
   bool AcceptRequestList(int from, wire::RequestList list, absl::Time now);
   // Coordinator: a host leader's message.
   bool AcceptHostRequests(int from, wire::HostRequests& message,
                           absl::Time now);
-  // Background thread, at the negotiated removal: fails the set's pending
-  // work and drops the set (its backend closes with its last reference).
-  absl::Status ForgetProcessSet(int id);
   void Notify();
   // Fails all pending and future work with `status`, logged as an error
   // unless `quiet` (the program itself ended the runtime). Any thread.
@@ -177,49 +165,25 @@ class RuntimeImpl : public std::enable_shared_from_this<RuntimeImpl> {
   std::atomic<bool> stopped_{false};
   std::atomic<int64_t> process_set_calls_{0};
   bool shutdown_sent_ = false;  // background thread only
-  bool joined_ = false;         // background thread only
-  // A response that travelled as cache ids, rebuilt (background thread).
-  wire::Response expanded_;
   // SendRequests: per process set, the cache ids of one pass (storage kept
   // from pass to pass). Background thread only.
   std::map<int, std::vector<int64_t>> hits_to_send_;
+  // What this rank does with each entry of its log, on every transport
+  // (the exchange's Runner); its control plane is set by Start.
+  LogExecutor log_;
   // Note [The exchange] (hit_exchange.h): how this rank's hits are ANDed
   // with the others' and its request lists sent, on this job's transport.
   // Set by Start; background thread (the loop's turn), counters any.
   std::unique_ptr<HitExchange> exchange_;
-  // What the exchange's log runs on: ExecuteList, ExecuteBoardIds.
-  class LogRunner : public HitExchange::Runner {
-   public:
-    explicit LogRunner(RuntimeImpl* impl) : impl_(impl) {}
-    bool ExecuteIds(const HitBoardShared::Record& record,
-                    int64_t fusion_threshold_bytes, bool caller) override {
-      return impl_->ExecuteBoardIds(record, fusion_threshold_bytes, caller);
-    }
-    bool IsMember(int process_set) override;
-    void ExecuteList(int process_set, const wire::ResponseList& list) override;
-    bool failed() override { return impl_->job_.failed(); }
-    void Fatal(const absl::Status& status) override { impl_->Fatal(status); }
-
-   private:
-    RuntimeImpl* const impl_;
-  };
-  LogRunner log_runner_{this};
-  // ExecuteBoardIds' storage, kept from record to record.
-  std::vector<const wire::Response*> board_singles_, board_bucket_;
-  wire::Response board_response_;
-
   // Note [Host relay], rank 0: what the leaders' messages do (null unless
   // hosts relay). Background thread only.
   std::unique_ptr<HostMessages> host_messages_;
 
   struct Counters {
     std::atomic<int64_t> requests_sent{0}, cache_hits_sent{0},
-        request_lists_sent{0}, response_lists_received{0},
-        collectives_executed{0}, tensors_executed{0}, board_records_executed{0},
-        host_messages_received{0}, caller_turns{0}, caller_turns_completed{0};
-    // Options::phase_times (the "phase.*" counters).
-    std::atomic<int64_t> send_ns{0}, prepare_ns{0}, collective_ns{0},
-        complete_ns{0}, recycle_ns{0};
+        request_lists_sent{0}, host_messages_received{0}, caller_turns{0},
+        caller_turns_completed{0};
+    std::atomic<int64_t> send_ns{0};  // Options::phase_times
   } counters_;
   // Note [Caller turns] (caller_turn.cc): the loop's turn, and
   // whether the loop runs (callers take turns only while it does).

@@ -1,6 +1,6 @@
 // Unit tests of kolo::Executor against recording fake backends
 // (executor_testing.h), one rank of a simulated set: responses and entries
-// built by hand, as RuntimeImpl::ExecuteResponse hands them over. This file:
+// built by hand, as LogExecutor::ExecuteResponse hands them over. This file:
 // error, barrier and join responses, and allreduce: the bytes each entry
 // ends with, one backend collective per fused response, AllreducePieces
 // where offered and packing where it must (small sizes, a prescale,

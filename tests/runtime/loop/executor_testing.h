@@ -1,7 +1,7 @@
 // Test helpers for the executor's tests (executor_test.cc,
 // executor_collectives_test.cc, executor_device_test.cc): recording fake
 // backends for one rank of a simulated set, and builders of responses and
-// entries as RuntimeImpl::ExecuteResponse hands them to the executor.
+// entries as LogExecutor::ExecuteResponse hands them to the executor.
 //
 // The fakes simulate the other ranks of the set as if every rank had this
 // rank's input (Allreduce sum: data * size), and fill what other ranks send

@@ -66,7 +66,7 @@ class Rank {
       ASSERT_TRUE(ExpandCachedResponse(cache_, compact, &response))
           << "rank " << rank_ << ": cache out of step at list " << list.seq();
       if (compact.cache_ids_size() > 0) {
-        // The board's way (RuntimeImpl::ExecuteBoardIds): the same
+        // The board's way (LogExecutor::ExecuteIds): the same
         // response from responses looked up beforehand, into storage that
         // held another one.
         std::vector<const wire::Response*> cached;
