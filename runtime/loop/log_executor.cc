@@ -98,7 +98,14 @@ bool LogExecutor::IsMember(int process_set) {
 }
 
 void LogExecutor::ExecuteList(int process_set, const wire::ResponseList& list) {
-  ExecuteList(*sets_->Find(process_set), list, /*made_here=*/false);
+  std::shared_ptr<ProcessSetState> set = sets_->Find(process_set);
+  if (!set || !set->member()) {
+    Fatal(absl::InternalError(absl::StrCat(
+        "rank ", options_.rank, " received response list ", list.seq(),
+        " of process set ", process_set, ", which it is not a member of")));
+    return;
+  }
+  ExecuteList(*set, list, /*made_here=*/false);
 }
 
 void LogExecutor::ExecuteResponse(ProcessSetState& set,
