@@ -1,18 +1,18 @@
 // The coordinator's taking of request lists: a rank's own, and those a
 // host leader relays (Note [Host relay] in control/control_plane.h).
-// Methods of RuntimeImpl (runtime_impl.h).
+// Methods of BackgroundLoop (background_loop.h).
 #include <algorithm>
 #include <memory>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/loop/runtime_impl.h"
+#include "runtime/loop/background_loop.h"
 
 namespace kolo {
 
-bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
-                                    absl::Time now) {
+bool BackgroundLoop::AcceptRequestList(int from, wire::RequestList list,
+                                       absl::Time now) {
   std::shared_ptr<ProcessSetState> set = sets_.Find(list.process_set());
   auto me = set ? std::find(set->ranks.begin(), set->ranks.end(), from)
                 : std::vector<int>::iterator();
@@ -31,8 +31,8 @@ bool RuntimeImpl::AcceptRequestList(int from, wire::RequestList list,
   return true;
 }
 
-bool RuntimeImpl::AcceptHostRequests(int from, wire::HostRequests& message,
-                                     absl::Time now) {
+bool BackgroundLoop::AcceptHostRequests(int from, wire::HostRequests& message,
+                                        absl::Time now) {
   ++counters_.host_messages_received;
   if (!host_messages_) {
     Fatal(absl::InternalError(absl::StrCat(

@@ -2,13 +2,13 @@
 // the callers' submissions, negotiates them (as the coordinator on rank 0,
 // through it elsewhere) and executes the log (the response lists in order;
 // what each entry does is LogExecutor's, log_executor.h) (Note [Background
-// loop]). Methods of RuntimeImpl
-// (runtime_impl.h); the rest of the class (start, submit, shutdown, fatal
-// errors) is in runtime_impl.cc, a caller's turn in caller_turn.cc, the
-// coordinator's taking of request lists in accept_requests.cc. How hits are
-// ANDed and lists sent is the job's HitExchange (Note [The exchange] in
-// hit_exchange.h); the sets and their backends are ProcessSets'
-// (process_sets.h).
+// loop]). Methods of BackgroundLoop (background_loop.h); a caller's turn is
+// in caller_turn.cc, the coordinator's taking of request lists in
+// accept_requests.cc. How hits are ANDed and lists sent is the job's
+// HitExchange (Note [The exchange] in hit_exchange.h); the sets and their
+// backends are ProcessSets' (process_sets.h).
+#include "runtime/loop/background_loop.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -18,7 +18,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/loop/phase_clock.h"
-#include "runtime/loop/runtime_impl.h"
 #include "runtime/negotiation/fusion.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/util/format.h"
@@ -52,7 +51,67 @@ namespace kolo {
 //     from the oldest ready name for more names to complete (only while
 //     some are partially submitted), then fuses, sends and executes a list;
 //     tends the board (reopens it when quiet, takes old partial ids).
-void RuntimeImpl::BackgroundLoop() {
+BackgroundLoop::BackgroundLoop(Context context)
+    : options_(*context.options),
+      logger_(*context.logger),
+      timeline_(*context.timeline),
+      queue_(*context.queue),
+      sets_(*context.sets),
+      job_(*context.job),
+      log_(*context.log),
+      fatal_(std::move(context.fatal)) {}
+
+void BackgroundLoop::Wire(ControlPlane* control,
+                          std::unique_ptr<HitExchange> exchange,
+                          std::unique_ptr<HostMessages> host_messages,
+                          Wakeup* doorbell) {
+  control_ = control;
+  exchange_ = std::move(exchange);
+  host_messages_ = std::move(host_messages);
+  // Before the background thread starts; events that rang the old word
+  // are seen by its first pass.
+  if (doorbell) wakeup_.store(doorbell);
+}
+
+void BackgroundLoop::Open() {
+  MutexLock turn(&turn_->mu);
+  turn_->loop_running = true;
+}
+
+void BackgroundLoop::RequestShutdown() {
+  shutdown_requested_ = true;
+  Notify();
+}
+
+int64_t BackgroundLoop::messages_sent() const {
+  // A host leader sends its own lists inside its host's messages.
+  std::map<std::string, int64_t> exchange;
+  if (exchange_) exchange_->AddCounters(&exchange);
+  return counters_.request_lists_sent + exchange["relay.host_messages_sent"];
+}
+
+void BackgroundLoop::AddCounters(
+    std::map<std::string, int64_t>* counters) const {
+  std::map<std::string, int64_t>& c = *counters;
+  c["negotiation.requests_sent"] = counters_.requests_sent;
+  c["negotiation.cache_hits_sent"] = counters_.cache_hits_sent;
+  c["negotiation.request_lists_sent"] = counters_.request_lists_sent;
+  c["board.hits"] = 0;
+  c["relay.host_messages_sent"] = 0;
+  c["relay.host_hits_sent"] = 0;
+  c["relay.host_messages_received"] = counters_.host_messages_received;
+  c["loop.caller_turns"] = counters_.caller_turns;
+  c["loop.caller_turns_completed"] = counters_.caller_turns_completed;
+  c["phase.send_ns"] = counters_.send_ns;
+  if (exchange_) exchange_->AddCounters(&c);
+  // The loop waits on one of the two (Wait: one thread at a time).
+  const Wakeup* loop_wakeup = wakeup_.load();
+  int64_t sleeps = own_wakeup_.sleeps();
+  if (loop_wakeup != &own_wakeup_) sleeps += loop_wakeup->sleeps();
+  c["loop.sleeps"] = sleeps;
+}
+
+void BackgroundLoop::Run() {
   const bool coordinator = options_.rank == 0;
   Wakeup& wakeup = *wakeup_.load();
   absl::Time next_wakeup = absl::InfiniteFuture();
@@ -86,7 +145,7 @@ void RuntimeImpl::BackgroundLoop() {
     turn_->thread_waits.store(true, std::memory_order_relaxed);
     MutexLock turn(&turn_->mu);
     turn_->thread_waits.store(false, std::memory_order_relaxed);
-    if (!fatal_status().ok()) break;
+    if (failed()) break;
     const absl::Time now = absl::Now();
     next_wakeup = absl::InfiniteFuture();
     timeline_.CycleStart();
@@ -102,7 +161,7 @@ void RuntimeImpl::BackgroundLoop() {
     }
     SendRequests(absl::Now());
     exchange_->Execute(&done);  // what this rank's hits completed
-    if (!fatal_status().ok() || done) break;
+    if (failed() || done) break;
     if (control_) {
       std::vector<ControlEvent> events = control_->TakeEvents();
       // A host leader: its host's lists go on with its own.
@@ -131,13 +190,13 @@ void RuntimeImpl::BackgroundLoop() {
           const auto& ranks = event.message.shutdown_waiting().ranks();
           job_.SetShutdownWaiting({ranks.begin(), ranks.end()});
         }
-        if (!fatal_status().ok()) break;
+        if (failed()) break;
       }
     }
     if (!done) exchange_->Execute(&done);
-    if (!fatal_status().ok()) break;
+    if (failed()) break;
     if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
-    if (!fatal_status().ok()) break;
+    if (failed()) break;
     next_wakeup =
         std::min(next_wakeup, queue_.ExpireLocal(now, options_.op_timeout));
   }
@@ -162,7 +221,7 @@ void RuntimeImpl::BackgroundLoop() {
 // its core) until no submission came for 5 us, a caller waits (then it
 // sends at once) or KOLO_SPIN_TIME passed. A lone request is held until its
 // caller calls Wait, or 5 us. With KOLO_SPIN_TIME=0 nothing is held back.
-void RuntimeImpl::CoalesceSubmissions() {
+void BackgroundLoop::CoalesceSubmissions() {
   constexpr int64_t kQuietNanos = 5000;
   if (options_.spin_time <= absl::ZeroDuration() ||
       !queue_.has_new_requests() ||
@@ -187,7 +246,7 @@ void RuntimeImpl::CoalesceSubmissions() {
       options_.spin_time);
 }
 
-void RuntimeImpl::SendRequests(absl::Time now) {
+void BackgroundLoop::SendRequests(absl::Time now) {
   const bool send_shutdown = shutdown_requested_ && !shutdown_sent_;
   if (!queue_.has_new_requests() && !send_shutdown) return;
   ScopedPhase phase(options_.phase_times, &counters_.send_ns);
@@ -257,13 +316,13 @@ void RuntimeImpl::SendRequests(absl::Time now) {
       Fatal(sent.status());
       return;
     }
-    if (!fatal_status().ok()) return;
+    if (failed()) return;
     if (*sent) ++counters_.request_lists_sent;
   }
 }
 
-void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
-                                  bool* done) {
+void BackgroundLoop::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
+                                     bool* done) {
   std::vector<std::shared_ptr<ProcessSetState>> sets;
   for (auto& [id, set] : sets_.All()) sets.push_back(set);
   // The global set goes last: at shutdown its list is the final one.
@@ -309,7 +368,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
     if (emit || (all_shutdown && set->id == kGlobalProcessSet)) {
       // The board's lists wait for the log's end and room in it.
       const bool ready = exchange_->ReadyForList(c, set->id, now, done);
-      if (!fatal_status().ok() || *done) return;
+      if (failed() || *done) return;
       // The final list never overtakes a list of another set that waits
       // for room (this step's global set comes last).
       if (!ready || (list_deferred && all_shutdown)) {
@@ -327,7 +386,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
       // one (after every other set's), since no rank can add requests.
       list.set_shutdown(all_shutdown && set->id == kGlobalProcessSet);
       SendList(*set, list);
-      if (!fatal_status().ok()) return;
+      if (failed()) return;
       if (list.shutdown()) *done = true;
     }
     *next_wakeup = std::min(*next_wakeup, c.NextTimeout(options_.op_timeout));
@@ -337,7 +396,7 @@ void RuntimeImpl::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
                           exchange_->NextCheck(*sets.back()->coordinator, now));
 }
 
-void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
+void BackgroundLoop::ReportShutdownWaiting(const Coordinator& global) {
   const std::set<int>& asked = global.ShutdownRanks();
   if (asked.empty()) return;
   std::vector<int> waiting;
@@ -352,8 +411,8 @@ void RuntimeImpl::ReportShutdownWaiting(const Coordinator& global) {
       .IgnoreError();  // A lost rank is reported anyway.
 }
 
-void RuntimeImpl::SendList(ProcessSetState& set,
-                           const wire::ResponseList& list) {
+void BackgroundLoop::SendList(ProcessSetState& set,
+                              const wire::ResponseList& list) {
   // On the board: its marker, where every rank runs it.
   if (!exchange_->ListMade(list, set.id, *sets_.global().coordinator)) return;
   if (control_) {

@@ -1,10 +1,10 @@
 // A caller's turn of the loop (Note [Caller turns]): a blocking call that
-// submits and runs the loop's pass itself. Methods of RuntimeImpl
-// (runtime_impl.h).
+// submits and runs the loop's pass itself. Methods of BackgroundLoop
+// (background_loop.h).
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "runtime/loop/runtime_impl.h"
+#include "runtime/loop/background_loop.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {
@@ -34,9 +34,9 @@ namespace kolo {
 // did; the caller only does early what the thread would have done next.
 // The call's timeout bounds its wait for the other ranks; a collective
 // that started runs to its end (or its error) on whichever thread runs it.
-bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
+bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   if (!exchange_->Polled() || options_.spin_time <= absl::ZeroDuration() ||
-      !accepting_ || shutdown_requested_ ||
+      failed() || shutdown_requested_ ||
       turn_->thread_waits.load(std::memory_order_relaxed)) {
     return false;
   }
@@ -44,7 +44,7 @@ bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
   const uint32_t epoch = wakeup.Epoch();
   const int64_t lists = counters_.request_lists_sent.load();
   SendRequests(absl::Now());
-  if (!fatal_status().ok()) return true;
+  if (failed()) return true;
   if (counters_.request_lists_sent.load() != lists) {
     Notify();  // The coordinator's part is the thread's.
     return true;
@@ -56,8 +56,8 @@ bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
       [&] {
         if (work.IsCompleted()) return true;
         exchange_->Execute(&done, &handed_back);
-        return work.IsCompleted() || handed_back || done || !accepting_ ||
-               wakeup.Epoch() != epoch ||
+        return work.IsCompleted() || handed_back || done || failed() ||
+               shutdown_requested_ || wakeup.Epoch() != epoch ||
                turn_->thread_waits.load(std::memory_order_relaxed);
       },
       options_.spin_time);
@@ -72,36 +72,23 @@ bool RuntimeImpl::CallerTurn(const internal::WorkState& work) {
   return true;
 }
 
-BlockingResult RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
-                                          absl::Duration timeout) {
-  BlockingResult result;
-  result.status = Prepare(owned.get());
-  if (!result.status.ok()) return result;
-  const std::shared_ptr<internal::WorkState> work = owned->work;
-  // Note [Caller turns]: queued without waking the thread, which this
-  // caller wakes unless it takes the turn itself.
-  result.status = queue_.AddQuietly(std::move(owned));
-  if (!result.status.ok()) return result;
-  result.submitted = true;
+void BackgroundLoop::TryTurn(const internal::WorkState& work) {
   // Nothing of this runtime is touched once the turn is given back: from
   // there on the caller waits on its Work alone.
   if (!turn_->mu.TryLock()) {
     Notify();
-    result.status = work->Wait(timeout);
-    return result;
+    return;
   }
   // (Nothing a turn runs throws: a program's output allocator is called
   // through the executor, which turns what it throws into a status.)
-  const bool turned = turn_->loop_running && CallerTurn(*work);
+  const bool turned = turn_->loop_running && CallerTurn(work);
   if (turned) {
     ++counters_.caller_turns;
-    if (work->IsCompleted()) ++counters_.caller_turns_completed;
+    if (work.IsCompleted()) ++counters_.caller_turns_completed;
   } else {
     Notify();
   }
   turn_->mu.Unlock();
-  result.status = work->Wait(timeout);
-  return result;
 }
 
 }  // namespace kolo

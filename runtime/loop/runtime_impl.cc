@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "runtime/api/work_state.h"
+#include "runtime/loop/board_exchange.h"
 #include "runtime/loop/coordinator_exchange.h"
 #include "runtime/loop/leader_exchange.h"
 #include "runtime/negotiation/fusion.h"
@@ -126,7 +127,10 @@ RuntimeImpl::RuntimeImpl(const Options& options)
           [this](const absl::Status& s) { Fatal(s); },
           [this](const absl::Status& s) {
             return ExplainCollectiveFailure(s);
-          }) {}
+          }),
+      loop_(BackgroundLoop::Context{
+          &options_, &logger_, &timeline_, &queue_, &sets_, &job_, &log_,
+          [this](const absl::Status& s) { Fatal(s); }}) {}
 
 RuntimeImpl::~RuntimeImpl() {
   // Only reached once the background thread no longer runs our code, or
@@ -273,6 +277,9 @@ absl::Status RuntimeImpl::Start() {
     log_.set_control(control_.get());
   }
 
+  std::unique_ptr<HitExchange> exchange;
+  std::unique_ptr<HostMessages> host_messages;
+  Wakeup* doorbell = nullptr;
   if (control_ && options_.shm) {
     auto hosts = JobHosts(*store_, options_.size, options_.start_timeout);
     if (!hosts.ok()) return hosts.status();
@@ -288,7 +295,7 @@ absl::Status RuntimeImpl::Start() {
       if (!relay.ok()) return relay;
       if (control_->host_relay()) {
         if (host_ranks[0] == options_.rank && options_.rank != 0) {
-          exchange_ = std::make_unique<LeaderExchange>(
+          exchange = std::make_unique<LeaderExchange>(
               host_ranks, control_.get(), &log_,
               LeaderExchange::Batching{
                   options_.cycle_time, options_.cache_capacity,
@@ -296,7 +303,7 @@ absl::Status RuntimeImpl::Start() {
                     return !sets_.global().cache->IsCurrent(id);
                   }});
         }
-        if (Wakeup* doorbell = control_->doorbell()) wakeup_.store(doorbell);
+        doorbell = control_->doorbell();
         logger_.Info(absl::StrCat("control plane over TCP; this host's ",
                                   host_ranks.size(),
                                   " ranks send through rank ", host_ranks[0]));
@@ -308,7 +315,7 @@ absl::Status RuntimeImpl::Start() {
         for (int r = 0; r < options_.size; ++r) {
           leader_of[r] = leader.emplace((*hosts)[r], r).first->second;
         }
-        host_messages_ = std::make_unique<HostMessages>(std::move(leader_of));
+        host_messages = std::make_unique<HostMessages>(std::move(leader_of));
       }
     } else {
       absl::Status shm = control_->EnableSharedMemory(
@@ -316,17 +323,13 @@ absl::Status RuntimeImpl::Start() {
           options_.fusion_threshold_bytes);
       if (!shm.ok()) return shm;
       if (HitBoard* board = control_->hit_board()) {
-        exchange_ = std::make_unique<BoardExchange>(
+        exchange = std::make_unique<BoardExchange>(
             board, control_.get(), &log_,
             BoardExchange::Limits{options_.op_timeout,
                                   options_.stall_check_time,
                                   options_.stall_shutdown_time});
       }
-      if (Wakeup* doorbell = control_->doorbell()) {
-        // Before the background thread starts; events that rang the old
-        // word are seen by its first pass.
-        wakeup_.store(doorbell);
-      }
+      doorbell = control_->doorbell();
     }
     logger_.Info(absl::StrCat("control plane over ", control_->shared_memory()
                                                          ? "shared memory"
@@ -334,8 +337,11 @@ absl::Status RuntimeImpl::Start() {
   }
   // Note [The exchange]: the board or a host leader's relay where the
   // control plane set one up, else through the coordinator.
-  if (!exchange_)
-    exchange_ = std::make_unique<CoordinatorExchange>(control_.get(), &log_);
+  if (!exchange) {
+    exchange = std::make_unique<CoordinatorExchange>(control_.get(), &log_);
+  }
+  loop_.Wire(control_.get(), std::move(exchange), std::move(host_messages),
+             doorbell);
   KOLO_RETURN_IF_ERROR(sets_.Start(store_));
   if (!options_.timeline_path.empty() && options_.rank == 0) {
     KOLO_RETURN_IF_ERROR(
@@ -346,14 +352,26 @@ absl::Status RuntimeImpl::Start() {
   KOLO_RETURN_IF_ERROR(store_->Set(absl::StrCat("ready/", options_.rank), "1"));
 
   accepting_ = true;
-  {
-    MutexLock turn(&turn_->mu);
-    turn_->loop_running = true;
-  }
-  thread_ =
-      std::thread([self = shared_from_this()] { self->BackgroundLoop(); });
+  loop_.Open();
+  thread_ = std::thread([self = shared_from_this()] { self->loop_.Run(); });
   logger_.Info(absl::StrCat("joined a job of ", options_.size, " ranks"));
   return absl::OkStatus();
+}
+
+BlockingResult RuntimeImpl::SubmitAndWait(std::unique_ptr<TensorEntry> owned,
+                                          absl::Duration timeout) {
+  BlockingResult result;
+  result.status = Prepare(owned.get());
+  if (!result.status.ok()) return result;
+  const std::shared_ptr<internal::WorkState> work = owned->work;
+  // Note [Caller turns]: queued without waking the thread, which this
+  // caller wakes unless it takes the turn itself.
+  result.status = queue_.AddQuietly(std::move(owned));
+  if (!result.status.ok()) return result;
+  result.submitted = true;
+  loop_.TryTurn(*work);
+  result.status = work->Wait(timeout);
+  return result;
 }
 
 absl::StatusOr<Work> RuntimeImpl::Submit(TensorEntry entry) {
@@ -387,9 +405,9 @@ absl::Status RuntimeImpl::Prepare(TensorEntry* entry) {
   entry->request.set_rank(options_.rank);
   // A recycled entry brings its renewed state (Note [Works recycled]).
   if (!entry->work) entry->work = std::make_shared<internal::WorkState>();
-  entry->work->SetWaitPolicy(options_.spin_time, waiters_);
+  entry->work->SetWaitPolicy(options_.spin_time, loop_.waiters());
   if (entry->group && entry->group->work) {
-    entry->group->work->SetWaitPolicy(options_.spin_time, waiters_);
+    entry->group->work->SetWaitPolicy(options_.spin_time, loop_.waiters());
   }
   // The deadline comes when the request is taken for sending
   // (TensorQueue::TakeNewRequests).
@@ -441,11 +459,7 @@ RuntimeStats RuntimeImpl::stats() const {
   const LogExecutor::Counters& executed = log_.counters();
   s.tensors_executed = executed.tensors_executed;
   s.collectives_executed = executed.collectives_executed;
-  // A host leader sends its own lists inside its host's messages.
-  std::map<std::string, int64_t> exchange;
-  if (exchange_) exchange_->AddCounters(&exchange);
-  s.negotiation_messages_sent =
-      counters_.request_lists_sent + exchange["relay.host_messages_sent"];
+  s.negotiation_messages_sent = loop_.messages_sent();
   s.negotiation_messages_received = executed.response_lists_received;
   s.host_buffer_bytes = sets_.buffer_bytes();
   return s;
@@ -455,34 +469,17 @@ std::map<std::string, int64_t> RuntimeImpl::Counters() const {
   // docs/tuning.md lists them; the names follow the parts that count.
   const LogExecutor::Counters& executed = log_.counters();
   std::map<std::string, int64_t> c = {
-      {"negotiation.requests_sent", counters_.requests_sent},
-      {"negotiation.cache_hits_sent", counters_.cache_hits_sent},
-      {"negotiation.request_lists_sent", counters_.request_lists_sent},
       {"negotiation.response_lists_received", executed.response_lists_received},
-      {"board.hits", 0},
       {"board.records_executed", executed.board_records_executed},
-      {"relay.host_messages_sent", 0},
-      {"relay.host_hits_sent", 0},
-      {"relay.host_messages_received", counters_.host_messages_received},
-      {"loop.caller_turns", counters_.caller_turns},
-      {"loop.caller_turns_completed", counters_.caller_turns_completed},
-      {"phase.send_ns", counters_.send_ns},
       {"phase.prepare_ns", executed.prepare_ns},
       {"phase.collective_ns", executed.collective_ns},
       {"phase.complete_ns", executed.complete_ns},
       {"phase.recycle_ns", executed.recycle_ns},
   };
-  if (exchange_) exchange_->AddCounters(&c);
-  // The loop waits on one of the two (Wait: one thread at a time).
-  const Wakeup* loop_wakeup = wakeup_.load();
-  int64_t sleeps = own_wakeup_.sleeps();
-  if (loop_wakeup != &own_wakeup_) sleeps += loop_wakeup->sleeps();
-  c["loop.sleeps"] = sleeps;
+  loop_.AddCounters(&c);
   sets_.AddCounters(&c);
   return c;
 }
-
-void RuntimeImpl::Notify() { wakeup_.load()->Notify(); }
 
 void RuntimeImpl::Fatal(const absl::Status& status, bool quiet) {
   if (!job_.Fail(status)) return;
@@ -540,8 +537,7 @@ absl::Status RuntimeImpl::Shutdown(absl::Duration timeout) {
                                              " with work pending"));
     queue_.Close(result);
   }
-  shutdown_requested_ = true;
-  Notify();
+  loop_.RequestShutdown();
   // The loop ends once every rank has asked to shut down.
   if (!StopLoop(deadline)) {
     std::string waiting_for = "the other ranks";

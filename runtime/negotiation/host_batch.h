@@ -99,7 +99,7 @@ class HostBatch {
 };
 
 // HostMessages: rank 0's side of the relay, what a leader's message does
-// to the coordinators (RuntimeImpl::AcceptHostRequests; the tests, the
+// to the coordinators (BackgroundLoop::AcceptHostRequests; the tests, the
 // negotiation fuzzer and benchmark drive it too). Thread: rank 0's
 // background thread.
 class HostMessages {

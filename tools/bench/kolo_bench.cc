@@ -185,9 +185,11 @@ class Bench {
     const Counts before = rt_->Counters();
     const int64_t collectives_before = rt_->stats().collectives_executed;
     kolo_.submit_us().clear();
-    Keep(Record("kolo", "fusion_async", total,
-                TimeEach(flags_.warmup, iters,
-                         [&](int) { kolo_.RunMany(tensors, "fusion"); })));
+    const Measurement async = Record("kolo", "fusion_async", total,
+                                     TimeEach(flags_.warmup, iters, [&](int) {
+                                       kolo_.RunMany(tensors, "fusion");
+                                     }));
+    Keep(async);
     // How many control messages and collectives a step took (ideally one
     // request list per rank, one response list, one collective).
     const Counts after = rt_->Counters();
@@ -201,20 +203,32 @@ class Bench {
     PrintPhases("async row", before, after, steps);
     const double async_submit_us = Percentile(TimedSteps(iters), 0.5);
     kolo_.submit_us().clear();
-    Keep(Record("kolo", "fusion_batch", total,
-                TimeEach(flags_.warmup, iters,
-                         [&](int) { kolo_.RunBatch(tensors, "batch"); })));
+    const Measurement batch = Record("kolo", "fusion_batch", total,
+                                     TimeEach(flags_.warmup, iters, [&](int) {
+                                       kolo_.RunBatch(tensors, "batch");
+                                     }));
+    Keep(batch);
     // The caller's share of a step: building and submitting the requests.
     std::cerr << absl::StrFormat(
         "# fusion rank %d submission per step, p50: %.1f us one call per "
         "tensor, %.1f us one batch call\n",
         rank_, async_submit_us, Percentile(TimedSteps(iters), 0.5));
     const Counts before_fused = rt_->Counters();
-    Keep(Record("kolo", "fusion_fused", total,
-                TimeEach(flags_.warmup, iters, [&](int) {
-                  kolo_.Run(Collective::kAllreduce, fused);
-                })));
+    const Measurement one = Record("kolo", "fusion_fused", total,
+                                   TimeEach(flags_.warmup, iters, [&](int) {
+                                     kolo_.Run(Collective::kAllreduce, fused);
+                                   }));
+    Keep(one);
     PrintPhases("one-allreduce row", before_fused, rt_->Counters(), steps);
+    // The step's own cost: what n tensors cost beyond one allreduce of
+    // their bytes, in the same run (the aim is below 0.5 us a tensor).
+    std::cerr << absl::StrFormat(
+        "# fusion rank %d own cost per step beyond one %d-byte allreduce, "
+        "p50: %.1f us async (%.2f us a tensor), %.1f us one batch call "
+        "(%.2f us a tensor)\n",
+        rank_, total, async.p50_us - one.p50_us,
+        (async.p50_us - one.p50_us) / n, batch.p50_us - one.p50_us,
+        (batch.p50_us - one.p50_us) / n);
     Keep(Record("kolo", "fusion_per_tensor", total,
                 TimeEach(flags_.warmup, std::max(1, iters / 4), [&](int) {
                   for (int i = 0; i < n; ++i) {
