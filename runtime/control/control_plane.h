@@ -98,7 +98,21 @@ struct Liveness {
   absl::Duration heartbeat_timeout = absl::Seconds(300);
 };
 
-class ControlPlane {
+// What the loop's exchanges (runtime/loop/hit_exchange.h) ask of the
+// control plane: a request list to the coordinator, a rank's doorbell.
+// ControlPlane is the job's; tests and fuzzers give their own, so that
+// they drive the exchanges themselves.
+class ControlLink {
+ public:
+  virtual ~ControlLink() = default;
+  // Non-coordinator ranks: to the coordinator.
+  virtual absl::Status SendToCoordinator(
+      const wire::ControlMessage& message) = 0;
+  // Rings rank r's doorbell (shared memory only).
+  virtual void Ring(int r) = 0;
+};
+
+class ControlPlane final : public ControlLink {
  public:
   // Rank 0 listens on bind_addr, publishes its address in `store` and waits
   // until every other rank has connected; other ranks connect. Blocks until
@@ -111,7 +125,7 @@ class ControlPlane {
   ~ControlPlane();
 
   // Non-coordinator ranks: to the coordinator.
-  absl::Status SendToCoordinator(const wire::ControlMessage& message);
+  absl::Status SendToCoordinator(const wire::ControlMessage& message) override;
   // Coordinator: to every other rank (serialized once).
   absl::Status Broadcast(const wire::ControlMessage& message);
   // Coordinator: to the given ranks (rank 0 itself is skipped).
@@ -171,7 +185,7 @@ class ControlPlane {
     return shm ? shm->hit_board() : nullptr;
   }
   // Rings rank r's doorbell (shared memory only).
-  void Ring(int r) {
+  void Ring(int r) override {
     if (ShmControlSegment* shm = shm_.load()) shm->Notify(r);
   }
 

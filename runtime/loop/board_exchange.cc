@@ -15,7 +15,7 @@
 
 namespace kolo {
 
-BoardExchange::BoardExchange(HitBoard* board, ControlPlane* control,
+BoardExchange::BoardExchange(HitBoard* board, ControlLink* control,
                              Runner* runner, Limits limits)
     : HitExchange(runner),
       board_(board),

@@ -38,7 +38,7 @@ class BoardExchange final : public HitExchange {
     absl::Duration stall_shutdown_time;  // zero: off
   };
 
-  BoardExchange(HitBoard* board, ControlPlane* control, Runner* runner,
+  BoardExchange(HitBoard* board, ControlLink* control, Runner* runner,
                 Limits limits);
 
   // --- HitExchange, every rank.
@@ -111,7 +111,7 @@ class BoardExchange final : public HitExchange {
   void OpenIfQuietLocked(const Coordinator& global) KOLO_REQUIRES(board_);
 
   HitBoard* const board_;
-  ControlPlane* const control_;
+  ControlLink* const control_;
   const Limits limits_;
   const int rank_;
   // Records this rank has executed.

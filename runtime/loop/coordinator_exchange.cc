@@ -9,7 +9,7 @@
 
 namespace kolo {
 
-absl::Status SendToCoordinator(ControlPlane* control, wire::RequestList list,
+absl::Status SendToCoordinator(ControlLink* control, wire::RequestList list,
                                Coordinator* coordinator, int set_rank,
                                absl::Time now) {
   if (coordinator) {

@@ -15,7 +15,7 @@ namespace kolo {
 class CoordinatorExchange final : public HitExchange {
  public:
   // `control`: null in a job of one rank.
-  CoordinatorExchange(ControlPlane* control, Runner* runner)
+  CoordinatorExchange(ControlLink* control, Runner* runner)
       : HitExchange(runner), control_(control) {}
 
   absl::StatusOr<bool> Send(wire::RequestList list, std::vector<int64_t>* hits,
@@ -23,7 +23,7 @@ class CoordinatorExchange final : public HitExchange {
                             absl::Time now) override;
 
  private:
-  ControlPlane* const control_;
+  ControlLink* const control_;
 };
 
 }  // namespace kolo

@@ -51,7 +51,11 @@ namespace kolo {
 // request list: it stays the source of truth for validation and errors.
 // The loop reads the same on every transport: take the requests, hand
 // each set's hits and list to the exchange, execute what came back (the
-// coordinator's response lists; on the board, its log).
+// coordinator's response lists; on the board, its log). An exchange
+// reaches the other ranks through a ControlLink (control_plane.h: a list
+// to the coordinator, a rank's doorbell), which is the job's control plane
+// in a job and a stand-in in tests (board_exchange_test), and runs its log
+// on a Runner.
 class HitExchange {
  public:
   // What the log runs on (LogExecutor: the sets' executors, the job's
@@ -160,7 +164,7 @@ class HitExchange {
 
 // Rank 0 adds the list to the set's coordinator; any other rank sends it
 // to rank 0. The transports' common last step.
-absl::Status SendToCoordinator(ControlPlane* control, wire::RequestList list,
+absl::Status SendToCoordinator(ControlLink* control, wire::RequestList list,
                                Coordinator* coordinator, int set_rank,
                                absl::Time now);
 
