@@ -14,8 +14,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kolo/store.h"
 #include "runtime/loop/coordinator_exchange.h"
+#include "tests/runtime/loop/job_of_one.h"
 
 namespace kolo {
 namespace {
@@ -25,24 +25,10 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(30);
 
-class BackgroundLoopTest : public ::testing::Test {
+class BackgroundLoopTest : public testing::JobOfOne {
  protected:
   void SetUp() override {
-    options_.rank = 0;
-    options_.size = 1;
-    options_.shm = false;
-    ProcessSets::Context context;
-    context.options = &options_;
-    context.logger = &logger_;
-    context.timeline = &timeline_;
-    context.explain_failure = [](const absl::Status& s) { return s; };
-    context.fatal = [this](const absl::Status& s) { Fail(s); };
-    sets_ = std::make_unique<ProcessSets>(std::move(context));
-    ASSERT_TRUE(sets_->Start(NewInMemoryStore()).ok());
-    log_ = std::make_unique<LogExecutor>(
-        options_, sets_.get(), &queue_, &job_,
-        [this](const absl::Status& s) { Fail(s); },
-        [](const absl::Status& s) { return s; });
+    JobOfOne::SetUp();
     loop_ = std::make_unique<BackgroundLoop>(BackgroundLoop::Context{
         &options_, &logger_, &timeline_, &queue_, sets_.get(), &job_,
         log_.get(), [this](const absl::Status& s) { Fail(s); }});
@@ -56,11 +42,12 @@ class BackgroundLoopTest : public ::testing::Test {
       thread_.join();
     }
   }
-  // What RuntimeImpl::Fatal does that the loop relies on: the job's error,
-  // the queue closed, the loop rung.
-  void Fail(const absl::Status& s) {
-    if (!job_.Fail(s)) return;
-    queue_.Close(s);
+  // The loop is rung as RuntimeImpl rings it.
+  void Fail(const absl::Status& s) override {
+    JobOfOne::Fail(s);
+    if (loop_) loop_->Notify();
+  }
+  void Added() override {
     if (loop_) loop_->Notify();
   }
   void StartLoop() {
@@ -68,23 +55,11 @@ class BackgroundLoopTest : public ::testing::Test {
     thread_ = std::thread([this] { loop_->Run(); });
   }
 
-  // A float32 sum allreduce of `data` (in place) named `name`.
+  // A float32 sum allreduce of `data` (in place) named `name`, whose
+  // caller's wait counts as the loop's waiter.
   std::unique_ptr<TensorEntry> Allreduce(const std::string& name,
                                          std::vector<float>* data) {
-    auto e = std::make_unique<TensorEntry>();
-    e->request.set_type(wire::ALLREDUCE);
-    e->request.set_name(name);
-    e->request.set_process_set(kGlobalProcessSet);
-    e->request.set_rank(0);
-    e->request.set_dtype(static_cast<int>(DataType::kFloat32));
-    e->request.add_shape(static_cast<int64_t>(data->size()));
-    e->request.set_op(static_cast<int>(ReduceOp::kSum));
-    e->request.set_prescale(1);
-    e->request.set_postscale(1);
-    e->input = e->output =
-        TensorView(data->data(), DataType::kFloat32,
-                   {static_cast<int64_t>(data->size())}, Device());
-    e->work = std::make_shared<internal::WorkState>();
+    std::unique_ptr<TensorEntry> e = AllreduceEntry(name, data);
     e->work->SetWaitPolicy(options_.spin_time, loop_->waiters());
     return e;
   }
@@ -94,15 +69,6 @@ class BackgroundLoopTest : public ::testing::Test {
     return c;
   }
 
-  Options options_;
-  Logger logger_{LogLevel::kError, 0};
-  Timeline timeline_;
-  TensorQueue queue_{[this] {
-    if (loop_) loop_->Notify();
-  }};
-  JobState job_;
-  std::unique_ptr<ProcessSets> sets_;
-  std::unique_ptr<LogExecutor> log_;
   std::unique_ptr<BackgroundLoop> loop_;
   std::thread thread_;
 };

@@ -12,9 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kolo/store.h"
-#include "runtime/api/work_state.h"
-#include "runtime/negotiation/timeline.h"
+#include "tests/runtime/loop/job_of_one.h"
 
 namespace kolo {
 namespace {
@@ -22,45 +20,13 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class LogExecutorTest : public ::testing::Test {
+class LogExecutorTest : public testing::JobOfOne {
  protected:
-  void SetUp() override {
-    options_.rank = 0;
-    options_.size = 1;
-    options_.shm = false;
-    ProcessSets::Context context;
-    context.options = &options_;
-    context.logger = &logger_;
-    context.timeline = &timeline_;
-    context.explain_failure = [](const absl::Status& s) { return s; };
-    context.fatal = [this](const absl::Status& s) { Fail(s); };
-    sets_ = std::make_unique<ProcessSets>(std::move(context));
-    ASSERT_TRUE(sets_->Start(NewInMemoryStore()).ok());
-    log_ = std::make_unique<LogExecutor>(
-        options_, sets_.get(), &queue_, &job_,
-        [this](const absl::Status& s) { Fail(s); },
-        [](const absl::Status& s) { return s; });
-  }
-  void Fail(const absl::Status& s) { job_.Fail(s); }
-
   // Queues a float32 sum allreduce of `data` (in place) named `name`.
   std::shared_ptr<internal::WorkState> Submit(const std::string& name,
                                               std::vector<float>* data,
                                               int set = kGlobalProcessSet) {
-    auto e = std::make_unique<TensorEntry>();
-    e->request.set_type(wire::ALLREDUCE);
-    e->request.set_name(name);
-    e->request.set_process_set(set);
-    e->request.set_rank(0);
-    e->request.set_dtype(static_cast<int>(DataType::kFloat32));
-    e->request.add_shape(static_cast<int64_t>(data->size()));
-    e->request.set_op(static_cast<int>(ReduceOp::kSum));
-    e->request.set_prescale(1);
-    e->request.set_postscale(1);
-    e->input = e->output =
-        TensorView(data->data(), DataType::kFloat32,
-                   {static_cast<int64_t>(data->size())}, Device());
-    e->work = std::make_shared<internal::WorkState>();
+    std::unique_ptr<TensorEntry> e = AllreduceEntry(name, data, set);
     auto work = e->work;
     EXPECT_TRUE(queue_.Add(std::move(e)).ok());
     return work;
@@ -77,14 +43,6 @@ class LogExecutorTest : public ::testing::Test {
     r.set_postscale(1);
     return r;
   }
-
-  Options options_;
-  Logger logger_{LogLevel::kError, 0};
-  Timeline timeline_;
-  TensorQueue queue_{[] {}};
-  JobState job_;
-  std::unique_ptr<ProcessSets> sets_;
-  std::unique_ptr<LogExecutor> log_;
 };
 
 TEST_F(LogExecutorTest, AListRunsItsCollectivesAndCompletesTheirWorks) {
