@@ -51,7 +51,10 @@ namespace kolo {
 // request list: it stays the source of truth for validation and errors.
 // The loop reads the same on every transport: take the requests, hand
 // each set's hits and list to the exchange, execute what came back (the
-// coordinator's response lists; on the board, its log). An exchange
+// coordinator's response lists; on the board, its log). The log is the
+// job's, each set's entries in the order rank 0 made them: per-set logs
+// run by one thread could deadlock two ranks that share two sets
+// (docs/design/negotiation.md, "One log per job"). An exchange
 // reaches the other ranks through a ControlLink (control_plane.h: a list
 // to the coordinator, a rank's doorbell), which is the job's control plane
 // in a job and a stand-in in tests (board_exchange_test), and runs its log
