@@ -1,6 +1,7 @@
 #include "runtime/negotiation/coordinator.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -17,6 +18,11 @@ constexpr char kJoinName[] = "__kolo_join__";
 
 bool IsData(const wire::Response& r) {
   return r.type() != wire::RESPONSE_ERROR;
+}
+
+// A response made here (not the cache's) for a Ready.
+std::shared_ptr<const wire::Response> Built(wire::Response response) {
+  return std::make_shared<const wire::Response>(std::move(response));
 }
 
 }  // namespace
@@ -247,8 +253,8 @@ void Coordinator::HitEverywhere(int64_t id, Hits& hits, absl::Time now) {
   Ready ready;
   ready.ready_at = now;
   ready.cache_id = id;
-  ready.cached = cache_.SharedResponse(id);
-  if (!ready.cached || !IsData(*ready.cached)) {
+  ready.response = cache_.SharedResponse(id);
+  if (!ready.response || !IsData(*ready.response)) {
     MaterializeHit(id, hits);  // Cannot happen: the slow path decides.
     return;
   }
@@ -392,7 +398,7 @@ void Coordinator::Add(int rank, std::shared_ptr<const wire::Request> request,
     }
     Ready ready;
     ready.ready_at = now;
-    ready.response = BuildResponse(submitted, labels);
+    ready.response = Built(BuildResponse(submitted, labels));
     ready.canonical = p.by_rank[p.members.front()]
                           ? p.by_rank[p.members.front()]
                           : p.by_rank[rank];
@@ -438,7 +444,7 @@ void Coordinator::AddJoin(int rank, absl::Time now) {
     done.set_last_joined_rank(config_.global_ranks[last_joined_]);
     joined_.clear();
     Ready ready;
-    ready.response = std::move(done);
+    ready.response = Built(std::move(done));
     ready.ready_at = now;
     PushReady(std::move(ready));
     return;
@@ -467,11 +473,12 @@ void Coordinator::MaybeReadyMembers(PendingMap::iterator it, absl::Time now) {
   }
   Ready ready;
   ready.ready_at = now;
-  ready.response = BuildResponse(by_member, labels);
+  wire::Response response = BuildResponse(by_member, labels);
   ready.canonical = p.by_rank[p.members.front()];
-  if (ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
-    ready.response.set_new_process_set(next_process_set_id_++);
+  if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+    response.set_new_process_set(next_process_set_id_++);
   }
+  ready.response = Built(std::move(response));
   ErasePending(it);
   PushReady(std::move(ready));
 }
@@ -506,22 +513,22 @@ void Coordinator::MaybeReady(PendingMap::iterator it, absl::Time now) {
           ? cache_.SharedResponse(ready.cache_id)
           : nullptr;
   if (cached && cached->type() != wire::RESPONSE_ERROR) {
-    ready.cached =
+    ready.response =
         std::move(cached);  // canonical stays null: see TakeResponseList
   } else {
     std::vector<const wire::Request*> by_rank(size_, nullptr);
     for (int r = 0; r < size_; ++r) by_rank[r] = p.by_rank[r].get();
-    ready.response = BuildResponse(by_rank, config_.global_ranks);
+    wire::Response response = BuildResponse(by_rank, config_.global_ranks);
     for (int r = 0; r < size_; ++r) {
       if (p.by_rank[r]) {
         ready.canonical = p.by_rank[r];
         break;
       }
     }
-  }
-  if (!ready.cached &&
-      ready.response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
-    ready.response.set_new_process_set(next_process_set_id_++);
+    if (response.type() == wire::RESPONSE_ADD_PROCESS_SET) {
+      response.set_new_process_set(next_process_set_id_++);
+    }
+    ready.response = Built(std::move(response));
   }
   ErasePending(it);
   PushReady(std::move(ready));
@@ -553,21 +560,21 @@ void Coordinator::PushReady(Ready ready) {
   if (static_cast<int>(members.size()) < group_size) return;
   const wire::Response* bad = nullptr;
   for (const Ready& m : members) {
-    if (!IsData(m.response)) {
-      bad = &m.response;
+    if (!IsData(m.get())) {
+      bad = &m.get();
       break;
     }
   }
   for (Ready& m : members) {
-    if (bad && IsData(m.response)) {
+    if (bad && IsData(m.get())) {
       wire::Response e;
       e.set_type(wire::RESPONSE_ERROR);
-      e.add_names(m.response.names(0));
+      e.add_names(m.get().names(0));
       e.set_error_code(bad->error_code());
       e.set_error(
           absl::StrCat("grouped allreduce \"", group,
                        "\" failed because of another member: ", bad->error()));
-      m.response = std::move(e);
+      m.response = Built(std::move(e));
     }
     ready_.push_back(std::move(m));
   }
@@ -594,7 +601,7 @@ void Coordinator::FailPending(absl::string_view name, const Pending& p,
       break;
     }
   }
-  wire::Response& e = ready.response;
+  wire::Response e;
   e.set_type(wire::RESPONSE_ERROR);
   e.add_names(std::string(name));
   e.set_error_code(static_cast<int>(code));
@@ -603,6 +610,7 @@ void Coordinator::FailPending(absl::string_view name, const Pending& p,
                                                   : wire::ALLREDUCE),
                    " \"", name, "\": ", message, " (submitted by ",
                    RanksWhere(p, /*submitted=*/true), ")"));
+  ready.response = Built(std::move(e));
   ready.ready_at = now;
   PushReady(std::move(ready));
 }

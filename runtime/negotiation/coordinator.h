@@ -181,15 +181,15 @@ class Coordinator {
   using HitTable = CacheIdTable<Hits>;
   struct Ready {
     // The response: the cache's own when every rank sent the same current
-    // cache id (no copy), else built here.
-    std::shared_ptr<const wire::Response> cached;
-    wire::Response response;
+    // cache id (no copy, and no message made per ready id), else built
+    // here.
+    std::shared_ptr<const wire::Response> response;
     absl::Time ready_at;
     // A request of the name (rank ignored), for the response cache; null
     // when served from the cache.
     std::shared_ptr<const wire::Request> canonical;
     int64_t cache_id = -1;  // every rank sent this id
-    const wire::Response& get() const { return cached ? *cached : response; }
+    const wire::Response& get() const { return *response; }
   };
   // `now` stamps a new name; `begun`: its timeline event is open already.
   void Add(int rank, std::shared_ptr<const wire::Request> request,
