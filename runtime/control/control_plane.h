@@ -17,8 +17,8 @@
 // lost peer, reported like a closed one. A heartbeat thread of its own keeps
 // them flowing while the background thread is inside a long collective.
 //
-// Threads: Send*/Broadcast may be called from any thread; TakeEvents from
-// the background thread; Close from any thread. The plane's own threads
+// Threads: Send*/Broadcast may be called from any thread; TakeEvents by
+// whoever holds the loop's turn; Close from any thread. The plane's own threads
 // (readers, heartbeats, the coordinator's listen thread) may still run while
 // a program that gave up after an error exits: they touch only the plane's
 // own memory, kolo's HMAC (Note [No library state on kolo's threads] in
@@ -189,8 +189,9 @@ class ControlPlane final : public ControlLink {
     if (ShmControlSegment* shm = shm_.load()) shm->Notify(r);
   }
 
-  // Messages received since the last call, in arrival order. Background
-  // thread only.
+  // Messages received since the last call, in arrival order. Whoever holds
+  // the loop's turn (the background thread, or a caller in its turn: Note
+  // [Caller turns] in runtime/loop/caller_turn.cc), one at a time.
   std::vector<ControlEvent> TakeEvents();
 
   // The job is ending normally: connections that close from now on are not
@@ -276,7 +277,7 @@ class ControlPlane final : public ControlLink {
   // Set once before the background thread starts; read by reader threads.
   std::unique_ptr<ShmControlSegment> shm_owner_;
   std::atomic<ShmControlSegment*> shm_{nullptr};
-  std::vector<ControlEvent> shm_events_;  // background thread only
+  std::vector<ControlEvent> shm_events_;  // the loop's turn only
   // The host relay (EnableHostRelay), set like shm_.
   std::unique_ptr<ShmControlSegment> host_owner_;
   std::atomic<ShmControlSegment*> host_{nullptr};

@@ -162,38 +162,9 @@ void BackgroundLoop::Run() {
     SendRequests(absl::Now());
     exchange_->Execute(&done);  // what this rank's hits completed
     if (failed() || done) break;
-    if (control_) {
-      std::vector<ControlEvent> events = control_->TakeEvents();
-      // A host leader: its host's lists go on with its own.
-      if (absl::Status relayed = exchange_->Relay(&events, now, &next_wakeup);
-          !relayed.ok()) {
-        Fatal(relayed);
-        break;
-      }
-      for (ControlEvent& event : events) {
-        if (coordinator && event.message.has_request_list()) {
-          if (!AcceptRequestList(
-                  event.from_rank,
-                  std::move(*event.message.mutable_request_list()), now)) {
-            break;
-          }
-        } else if (coordinator && event.message.has_host_requests()) {
-          if (!AcceptHostRequests(event.from_rank,
-                                  *event.message.mutable_host_requests(),
-                                  now)) {
-            break;
-          }
-        } else if (!coordinator && event.message.has_response_list()) {
-          // Runs where the exchange's log says (Execute, below).
-          exchange_->Hold(std::move(*event.message.mutable_response_list()));
-        } else if (!coordinator && event.message.has_shutdown_waiting()) {
-          const auto& ranks = event.message.shutdown_waiting().ranks();
-          job_.SetShutdownWaiting({ranks.begin(), ranks.end()});
-        }
-        if (failed()) break;
-      }
-    }
-    if (!done) exchange_->Execute(&done);
+    ReceiveEvents(now, &next_wakeup);
+    if (failed()) break;
+    exchange_->Execute(&done);
     if (failed()) break;
     if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
     if (failed()) break;
@@ -209,6 +180,39 @@ void BackgroundLoop::Run() {
   // ranks must not wait for it.
   exchange_->LoopEnded(done);
   job_.LoopEnded();
+}
+
+void BackgroundLoop::ReceiveEvents(absl::Time now, absl::Time* next_wakeup) {
+  if (!control_) return;
+  const bool coordinator = options_.rank == 0;
+  std::vector<ControlEvent> events = control_->TakeEvents();
+  // A host leader: its host's lists go on with its own.
+  if (absl::Status relayed = exchange_->Relay(&events, now, next_wakeup);
+      !relayed.ok()) {
+    Fatal(relayed);
+    return;
+  }
+  for (ControlEvent& event : events) {
+    if (coordinator && event.message.has_request_list()) {
+      if (!AcceptRequestList(event.from_rank,
+                             std::move(*event.message.mutable_request_list()),
+                             now)) {
+        return;
+      }
+    } else if (coordinator && event.message.has_host_requests()) {
+      if (!AcceptHostRequests(event.from_rank,
+                              *event.message.mutable_host_requests(), now)) {
+        return;
+      }
+    } else if (!coordinator && event.message.has_response_list()) {
+      // Runs where the exchange's log says (Execute).
+      exchange_->Hold(std::move(*event.message.mutable_response_list()));
+    } else if (!coordinator && event.message.has_shutdown_waiting()) {
+      const auto& ranks = event.message.shutdown_waiting().ranks();
+      job_.SetShutdownWaiting({ranks.begin(), ranks.end()});
+    }
+    if (failed()) return;
+  }
 }
 
 // Note [Coalescing submissions]

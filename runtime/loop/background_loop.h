@@ -100,6 +100,11 @@ class BackgroundLoop {
   void CoalesceSubmissions();
   // The turn: sends this rank's new requests.
   void SendRequests(absl::Time now);
+  // The turn: takes the control plane's messages (a host leader relays its
+  // host's lists; rank 0's coordinators take the request lists; the others
+  // hold the response lists for the exchange's log). Fails the job on an
+  // error.
+  void ReceiveEvents(absl::Time now, absl::Time* next_wakeup);
   // The turn, rank 0: each set's batching, checks and response list.
   void CoordinatorStep(absl::Time now, absl::Time* next_wakeup, bool* done);
   void SendList(ProcessSetState& set, const wire::ResponseList& list);

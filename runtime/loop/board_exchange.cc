@@ -121,9 +121,6 @@ void BoardExchange::Execute(bool* done, bool* handed_back) {
           *handed_back = true;
           return;
         }
-      } else if (handed_back) {
-        *handed_back = true;  // A list's marker: the thread's.
-        return;
       } else if (rank_ == 0) {
         runner_->Fatal(absl::InternalError(absl::StrCat(
             "hit board: rank 0 found the marker of its own response list ",
@@ -136,6 +133,10 @@ void BoardExchange::Execute(bool* done, bool* handed_back) {
             lists_.find(std::make_pair(record.process_set, record.list_seq));
         if (it == lists_.end()) {
           return;  // Not here yet: its arrival rings this rank.
+        }
+        if (handed_back && !runner_->CallerMayRun(it->second)) {
+          *handed_back = true;
+          return;
         }
         runner_->ExecuteList(record.process_set, it->second);
         if (it->second.shutdown() && record.process_set == kGlobalProcessSet) {

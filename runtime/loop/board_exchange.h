@@ -57,7 +57,6 @@ class BoardExchange final : public HitExchange {
   // Executes the log from this rank's cursor as far as the lists it names
   // have arrived (those of sets this rank is not in are skipped).
   void Execute(bool* done, bool* handed_back = nullptr) override;
-  bool Polled() const override { return true; }
   void SetPolling(bool polling) override { board_->SetPolling(polling); }
   // The log holds records this rank has not executed, or ids wait for
   // room in it.

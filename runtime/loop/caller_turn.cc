@@ -17,35 +17,45 @@ namespace kolo {
 // several per collective. So such a caller runs the loop's turn itself
 // when the background thread is not in one (the turn is `turn_->mu`,
 // which the thread holds for each pass; a caller only tries it): it sends
-// the rank's new requests as the thread would (SendRequests), and on one
-// host, where a cached request of the global set becomes a bit on the
-// board (Note [Hits on the board] in control/hit_board.h), it executes
-// the board's log itself while it waits for the other ranks' bits,
-// marked as polling so that the rank that sets the last bit does not
-// ring this rank's thread. Every pass's state (the board's cursor, the
-// caches, the executors) is touched only by whoever holds the turn. The
-// caller hands back to the thread, ringing it, whatever is not a lone
-// hit on an open board: a request list for the coordinator (rank 0's
-// coordinator steps, the others' answers), a record with a CUDA response
-// or a response list's marker, or a spin time without an answer; then it
-// waits as any caller does; and it ends its turn (or takes none) when the
-// thread waits for the turn, so that callers making blocking calls back to
-// back never starve the thread. So the thread still does everything it
-// did; the caller only does early what the thread would have done next.
-// The call's timeout bounds its wait for the other ranks; a collective
-// that started runs to its end (or its error) on whichever thread runs it.
+// the rank's new requests as the thread would (SendRequests), then
+// executes the rank's log itself while it waits (HitExchange::Execute), on
+// every transport: it takes what the control plane received (the
+// coordinator's response lists, ReceiveEvents) when the loop's word is
+// rung, and on one host, where a cached request of the global set becomes
+// a bit on the board (Note [Hits on the board] in control/hit_board.h), it
+// polls the board's log, marked as polling so that the rank that sets the
+// last bit does not ring this rank's thread. Every pass's state (the
+// log's cursor, the caches, the executors, the control plane's messages)
+// is touched only by whoever holds the turn. The caller hands back to the
+// thread, ringing it, what only the thread does: on rank 0 a request
+// list for its coordinator (the coordinator's steps, with their
+// deadlines), any turn on a host leader (it relays its host's lists,
+// LeaderExchange), an entry of the log that is CUDA work, a process set
+// made or dropped, a join or the job's final list (Runner::CallerMayRun),
+// and a spin time without an answer; then it waits as any caller does;
+// and it ends its turn (or takes none) when the thread waits for the turn,
+// so that callers making blocking calls back to back never starve the
+// thread. So the thread still does everything it did; the caller only does
+// early what the thread would have done next. The call's timeout bounds its
+// wait for the other ranks; a collective that started runs to its end (or
+// its error) on whichever thread runs it.
 bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
-  if (!exchange_->Polled() || options_.spin_time <= absl::ZeroDuration() ||
+  if (!exchange_->CallerTurns() || options_.spin_time <= absl::ZeroDuration() ||
       failed() || shutdown_requested_ ||
       turn_->thread_waits.load(std::memory_order_relaxed)) {
     return false;
   }
+  const bool coordinator = options_.rank == 0;
   Wakeup& wakeup = *wakeup_.load();
-  const uint32_t epoch = wakeup.Epoch();
+  uint32_t epoch = wakeup.Epoch();
+  // A sleeping thread is left asleep while this caller polls, and woken
+  // at the end if it was rung meanwhile (Note [Polling for a sleeper] in
+  // runtime/sync/wakeup.h): the rank that answers need not wake it.
+  WakeupPolling polling(wakeup);
   const int64_t lists = counters_.request_lists_sent.load();
   SendRequests(absl::Now());
   if (failed()) return true;
-  if (counters_.request_lists_sent.load() != lists) {
+  if (coordinator && counters_.request_lists_sent.load() != lists) {
     Notify();  // The coordinator's part is the thread's.
     return true;
   }
@@ -55,17 +65,25 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   SpinUntil(
       [&] {
         if (work.IsCompleted()) return true;
+        if (const uint32_t now_epoch = wakeup.Epoch(); now_epoch != epoch) {
+          // Rung: rank 0's is its coordinator's (the thread's); elsewhere
+          // it is the control plane's messages, which the caller takes.
+          if (coordinator) return true;
+          epoch = now_epoch;
+          absl::Time unused = absl::InfiniteFuture();
+          ReceiveEvents(absl::Now(), &unused);
+        }
         exchange_->Execute(&done, &handed_back);
         return work.IsCompleted() || handed_back || done || failed() ||
-               shutdown_requested_ || wakeup.Epoch() != epoch ||
+               shutdown_requested_ ||
                turn_->thread_waits.load(std::memory_order_relaxed);
       },
       options_.spin_time);
   exchange_->SetPolling(false);
-  // The thread takes over whatever is left: records appended while this
-  // rank polled came without a ring, and the entry this caller queued
-  // quietly has its time-out (and, on rank 0, the board's checks) only in
-  // the thread's passes.
+  // The thread takes over whatever is left: records appended or lists held
+  // while this rank polled came without the thread's pass, and the entry
+  // this caller queued quietly has its time-out (and, on rank 0, the
+  // board's checks) only in the thread's passes.
   if (!work.IsCompleted() || handed_back || done || exchange_->Behind()) {
     Notify();
   }

@@ -23,11 +23,11 @@ absl::Status SendToCoordinator(ControlLink* control, wire::RequestList list,
 
 void HitExchange::Execute(bool* done, bool* handed_back) {
   while (!arrived_.empty()) {
-    if (handed_back) {
-      *handed_back = true;  // Lists are the thread's.
+    const wire::ResponseList& list = arrived_.front();
+    if (handed_back && !runner_->CallerMayRun(list)) {
+      *handed_back = true;
       return;
     }
-    const wire::ResponseList& list = arrived_.front();
     runner_->ExecuteList(list.process_set(), list);
     if (list.shutdown() && list.process_set() == kGlobalProcessSet) {
       *done = true;

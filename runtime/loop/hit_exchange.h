@@ -79,6 +79,10 @@ class HitExchange {
     // (Note [Caller turns]) must leave it to the thread (a CUDA tensor).
     virtual bool ExecuteIds(const HitBoardShared::Record& record,
                             int64_t fusion_threshold_bytes, bool caller) = 0;
+    // Whether a caller (Note [Caller turns]) may execute `list`: false if
+    // only the thread may (a CUDA response, a process set made or dropped,
+    // a join, the job's final list).
+    virtual bool CallerMayRun(const wire::ResponseList& list) = 0;
     virtual bool failed() = 0;
     virtual void Fatal(const absl::Status& status) = 0;
   };
@@ -112,16 +116,18 @@ class HitExchange {
   }
   // Executes the log from this rank's cursor as far as it can; *done at
   // the job's final list. With `handed_back` (a caller's turn: Note
-  // [Caller turns]): stops, setting it, at what only the thread runs.
+  // [Caller turns]): stops, setting it, at what only the thread runs
+  // (Runner::CallerMayRun).
   virtual void Execute(bool* done, bool* handed_back = nullptr);
-  // A caller may run this rank's loop turn and execute the ANDed hits
-  // itself (Note [Caller turns]): the exchange has a log it can poll.
-  virtual bool Polled() const { return false; }
+  // A caller may run this rank's loop turn and execute the log itself
+  // (Note [Caller turns]); not on a host leader, whose turns relay its
+  // host's lists.
+  virtual bool CallerTurns() const { return true; }
   // While true, a rank that completes ids need not ring this one.
   virtual void SetPolling(bool polling) {}
   // There is more to execute than this rank has (a caller's turn leaves it
   // to the thread).
-  virtual bool Behind() const { return false; }
+  virtual bool Behind() const { return !arrived_.empty(); }
   // The loop ended (`done`: at the job's final list); the exchange tells
   // whoever waits on this rank otherwise.
   virtual void LoopEnded(bool done) {}

@@ -49,6 +49,9 @@ class LeaderExchange final : public HitExchange {
   // HostBatch::Due).
   absl::Status Relay(std::vector<ControlEvent>* events, absl::Time now,
                      absl::Time* next_wakeup) override;
+  // The host's lists come between the thread's passes (Relay, with its
+  // batching deadline): a caller takes no turn on a leader.
+  bool CallerTurns() const override { return false; }
   // A leader whose loop ends before the job's end (an error): its host's
   // ranks must not wait for it.
   void LoopEnded(bool done) override {

@@ -92,6 +92,41 @@ bool LogExecutor::ExecuteIds(const HitBoardShared::Record& record,
   return true;
 }
 
+namespace {
+
+// Note [Caller turns]: what a caller may execute; the rest is the
+// thread's (CUDA work runs on its streams; sets and joins change what
+// the thread's passes read).
+bool CallerMayRunResponse(const wire::Response& response) {
+  switch (response.type()) {
+    case wire::RESPONSE_JOIN:
+    case wire::RESPONSE_ADD_PROCESS_SET:
+    case wire::RESPONSE_REMOVE_PROCESS_SET:
+      return false;
+    default:
+      return response.device_type() != static_cast<int>(DeviceType::kCuda);
+  }
+}
+
+}  // namespace
+
+bool LogExecutor::CallerMayRun(const wire::ResponseList& list) {
+  if (list.shutdown()) return false;
+  std::shared_ptr<ProcessSetState> set = sets_->Find(list.process_set());
+  if (!set) return false;
+  for (const wire::Response& response : list.responses()) {
+    if (response.cache_ids_size() == 0) {
+      if (!CallerMayRunResponse(response)) return false;
+      continue;
+    }
+    for (int64_t id : response.cache_ids()) {
+      const wire::Response* cached = set->cache->CachedResponse(id);
+      if (!cached || !CallerMayRunResponse(*cached)) return false;
+    }
+  }
+  return true;
+}
+
 bool LogExecutor::IsMember(int process_set) {
   std::shared_ptr<ProcessSetState> set = sets_->Find(process_set);
   return set && set->member();

@@ -56,6 +56,7 @@ class LogExecutor final : public HitExchange::Runner {
   void ExecuteList(int process_set, const wire::ResponseList& list) override;
   bool ExecuteIds(const HitBoardShared::Record& record,
                   int64_t fusion_threshold_bytes, bool caller) override;
+  bool CallerMayRun(const wire::ResponseList& list) override;
   bool failed() override { return job_->failed(); }
   void Fatal(const absl::Status& status) override { fatal_(status); }
 

@@ -56,7 +56,21 @@ void Wakeup::Notify() {
   word_->epoch.fetch_add(1, std::memory_order_seq_cst);
   // Pairs with the waiter's increment-then-check (both seq_cst): either we
   // see the sleeper, or it sees the new epoch and does not sleep.
-  if (word_->sleepers.load(std::memory_order_seq_cst) != 0) {
+  if (word_->sleepers.load(std::memory_order_seq_cst) == 0) return;
+  // Note [Polling for a sleeper]: a poller wakes it when it ends.
+  uint32_t polling = word_->polling.load(std::memory_order_seq_cst);
+  while (polling & kPolled) {
+    if (polling & kSkipped) return;
+    if (word_->polling.compare_exchange_weak(polling, polling | kSkipped,
+                                             std::memory_order_seq_cst)) {
+      return;
+    }
+  }
+  os::FutexWakeAll(&word_->epoch, ScopeOf(shared_));
+}
+
+void Wakeup::EndPolling() {
+  if (word_->polling.exchange(0, std::memory_order_seq_cst) & kSkipped) {
     os::FutexWakeAll(&word_->epoch, ScopeOf(shared_));
   }
 }

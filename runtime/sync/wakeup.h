@@ -26,6 +26,16 @@
 // kMaxSleep to re-check it, so even a lost wake-up (which the protocol rules
 // out) cannot hang a rank.
 //
+// Note [Polling for a sleeper]
+// A thread may poll for what the waiter waits for on its behalf (a caller
+// in the loop's turn: Note [Caller turns] in runtime/loop/caller_turn.cc).
+// Between BeginPolling and EndPolling a Notify does not wake a sleeping
+// waiter (the poller sees the new epoch itself); it marks the word instead,
+// and EndPolling wakes the sleeper if a notification was left so. Marking
+// and ending are one word's compare-and-swap and exchange: either the mark
+// comes first and the poller sees it, or the notifier sees the polling end
+// and wakes the sleeper itself, so no notification is lost.
+//
 // Thread safety: Notify() from any thread or process; Wait() from one
 // thread at a time.
 #ifndef KOLO_RUNTIME_SYNC_WAKEUP_H_
@@ -43,6 +53,8 @@ namespace kolo {
 struct alignas(64) WakeupWord {
   std::atomic<uint32_t> epoch{0};     // bumped by every Notify (futex word)
   std::atomic<uint32_t> sleepers{0};  // waiters in (or entering) FUTEX_WAIT
+  // Note [Polling for a sleeper]: Wakeup::kPolled, Wakeup::kSkipped.
+  std::atomic<uint32_t> polling{0};
 };
 
 class Wakeup {
@@ -64,6 +76,12 @@ class Wakeup {
   // Any thread or process; never blocks.
   void Notify();
 
+  // Note [Polling for a sleeper]: one poller at a time (in any process).
+  void BeginPolling() {
+    word_->polling.store(kPolled, std::memory_order_seq_cst);
+  }
+  void EndPolling();
+
   // Returns true as soon as the epoch differs from `seen`, false at
   // `deadline`. Spins (polling, yielding the core) for at most `spin` first.
   bool Wait(uint32_t seen, absl::Time deadline, absl::Duration spin);
@@ -72,12 +90,29 @@ class Wakeup {
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
 
  private:
+  // WakeupWord::polling's bits.
+  static constexpr uint32_t kPolled = 1, kSkipped = 2;
+
   WakeupWord own_;
   // Read by every Notify; the waiter's counter below has a line of its
   // own, so that a wait does not take this one from the notifying core.
   WakeupWord* const word_;
   const bool shared_;
   alignas(64) std::atomic<uint64_t> sleeps_{0};
+};
+
+// Note [Polling for a sleeper], for a scope.
+class WakeupPolling {
+ public:
+  explicit WakeupPolling(Wakeup& wakeup) : wakeup_(wakeup) {
+    wakeup_.BeginPolling();
+  }
+  ~WakeupPolling() { wakeup_.EndPolling(); }
+  WakeupPolling(const WakeupPolling&) = delete;
+  WakeupPolling& operator=(const WakeupPolling&) = delete;
+
+ private:
+  Wakeup& wakeup_;
 };
 
 // Spins with pause instructions and sched_yield until `done()` or `spin`

@@ -320,6 +320,8 @@ class OnBoard {
     void ExecuteList(int, const wire::ResponseList& list) override {
       Run(list, /*made_here=*/false);
     }
+    // The fuzzer executes as the thread does: no caller turns.
+    bool CallerMayRun(const wire::ResponseList&) override { return false; }
     bool ExecuteIds(const kolo::HitBoardShared::Record& record,
                     int64_t fusion_threshold_bytes, bool) override {
       std::vector<const wire::Response*> singles;

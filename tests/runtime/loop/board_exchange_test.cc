@@ -5,7 +5,8 @@
 // rank set become one record every rank executes, with no list sent; a
 // hit while the board is closed goes to the coordinator in a list, and the
 // board opens again only once that list has arrived; a response list runs
-// at its marker in the log and not before; closing the board makes a
+// at its marker in the log and not before, on a caller's turn only where
+// the runner lets it; closing the board makes a
 // half-set id the coordinator's, named as pending there.
 #include "runtime/loop/board_exchange.h"
 
@@ -49,10 +50,14 @@ class KeptRunner final : public HitExchange::Runner {
     records.emplace_back(record.ids, record.ids + record.count);
     return true;
   }
+  bool CallerMayRun(const wire::ResponseList&) override {
+    return caller_may_run;
+  }
   bool failed() override { return !fatal.ok(); }
   void Fatal(const absl::Status& s) override {
     if (fatal.ok()) fatal = s;
   }
+  bool caller_may_run = true;
   std::vector<std::pair<int, int64_t>> lists;
   std::vector<std::vector<int64_t>> records;
   absl::Status fatal;
@@ -174,6 +179,40 @@ TEST_F(BoardExchangeTest, AResponseListRunsAtItsMarkerAndNotBefore) {
               ElementsAre(std::make_pair(kGlobalProcessSet, int64_t{1})));
   EXPECT_TRUE(done);  // the job's final list
   EXPECT_FALSE(exchanges_[1]->Behind());
+}
+
+TEST_F(BoardExchangeTest, ACallerRunsAListAtItsMarkerOnlyWhereTheRunnerLetsIt) {
+  Tend();
+  for (int64_t seq = 1; seq <= 2; ++seq) {
+    wire::ResponseList list;
+    list.set_process_set(kGlobalProcessSet);
+    list.set_seq(seq);
+    ASSERT_TRUE(exchanges_[0]->ListMade(list, kGlobalProcessSet, global_));
+    exchanges_[0]->ListExecuted();
+    if (seq == 1) exchanges_[1]->Hold(list);
+  }
+  // A caller's turn (Note [Caller turns]) runs the first list at its
+  // marker and stops at the second's until it is here.
+  bool done = false, handed_back = false;
+  exchanges_[1]->Execute(&done, &handed_back);
+  EXPECT_FALSE(handed_back);
+  EXPECT_THAT(runners_[1].lists,
+              ElementsAre(std::make_pair(kGlobalProcessSet, int64_t{1})));
+  EXPECT_TRUE(exchanges_[1]->Behind());
+  // A list only the thread may run is handed back, unexecuted.
+  wire::ResponseList second;
+  second.set_process_set(kGlobalProcessSet);
+  second.set_seq(2);
+  exchanges_[1]->Hold(second);
+  runners_[1].caller_may_run = false;
+  exchanges_[1]->Execute(&done, &handed_back);
+  EXPECT_TRUE(handed_back);
+  EXPECT_EQ(runners_[1].lists.size(), 1u);
+  // The thread runs it.
+  exchanges_[1]->Execute(&done);
+  EXPECT_EQ(runners_[1].lists.size(), 2u);
+  EXPECT_FALSE(exchanges_[1]->Behind());
+  EXPECT_FALSE(done);
 }
 
 TEST_F(BoardExchangeTest, ClosingTheBoardMakesAHalfSetIdTheCoordinators) {

@@ -1,5 +1,6 @@
 // Wakeup (runtime/sync/wakeup.h): notifications are never lost, waits end
-// at their deadline, sleepers are woken across threads and processes.
+// at their deadline, sleepers are woken across threads and processes, and
+// a poller leaves a sleeper asleep until it ends.
 #include "runtime/sync/wakeup.h"
 
 #include <sys/mman.h>
@@ -58,6 +59,53 @@ TEST(WakeupTest, SleeperIsWokenByAnotherThread) {
       w.Wait(epoch, absl::Now() + absl::Seconds(60), absl::ZeroDuration()));
   EXPECT_TRUE(rang.load());  // Woken by the ring, not before it.
   EXPECT_EQ(w.sleeps(), 1u);
+  notifier.join();
+}
+
+// Note [Polling for a sleeper]: while a poller polls, a Notify marks the
+// word rather than waking the sleeper, and the end of polling wakes it.
+TEST(WakeupTest, APollerLeavesTheSleeperToItsEnd) {
+  WakeupWord word;
+  Wakeup w(&word, /*shared=*/false);
+  {
+    // No sleeper: nothing to mark.
+    WakeupPolling polling(w);
+    w.Notify();
+    EXPECT_EQ(word.polling.load(), 1u);
+  }
+  EXPECT_EQ(word.polling.load(), 0u);
+  const uint32_t epoch = w.Epoch();
+  std::atomic<bool> woken{false};
+  std::thread waiter([&] {
+    woken =
+        w.Wait(epoch, absl::Now() + absl::Seconds(60), absl::ZeroDuration());
+  });
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (word.sleepers.load() == 0 && absl::Now() < give_up) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(word.sleepers.load(), 1u);
+  {
+    WakeupPolling polling(w);
+    w.Notify();
+    EXPECT_EQ(word.polling.load(), 3u);  // polled, a wake-up skipped
+    w.Notify();
+    EXPECT_EQ(word.polling.load(), 3u);
+  }
+  EXPECT_EQ(word.polling.load(), 0u);
+  waiter.join();
+  EXPECT_TRUE(woken.load());
+  // Outside polling a Notify wakes as before.
+  const uint32_t again = w.Epoch();
+  std::thread notifier([&] {
+    while (word.sleepers.load() == 0 && absl::Now() < give_up) {
+      std::this_thread::yield();
+    }
+    w.Notify();
+  });
+  EXPECT_TRUE(
+      w.Wait(again, absl::Now() + absl::Seconds(60), absl::ZeroDuration()));
+  EXPECT_EQ(word.polling.load(), 0u);
   notifier.join();
 }
 
