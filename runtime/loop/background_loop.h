@@ -112,9 +112,9 @@ class BackgroundLoop {
   // shutdown, when that changed.
   void ReportShutdownWaiting(const Coordinator& global);
   // Note [Caller turns], holding turn_->mu: sends this rank's new requests
-  // and, on the board, executes its log until `work` completes, the spin
-  // time passes or the thread must take over (rung). False if it took no
-  // turn (then the caller rings the thread).
+  // and executes its log (taking the control plane's messages when rung)
+  // until `work` completes, the spin time passes or the thread must take
+  // over. False if it took no turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
   // Coordinator: one request list of rank `from` for its set; false after
   // Fatal (the rank is not in the set).

@@ -53,8 +53,10 @@ namespace kolo {
 struct alignas(64) WakeupWord {
   std::atomic<uint32_t> epoch{0};     // bumped by every Notify (futex word)
   std::atomic<uint32_t> sleepers{0};  // waiters in (or entering) FUTEX_WAIT
-  // Note [Polling for a sleeper]: Wakeup::kPolled, Wakeup::kSkipped.
-  std::atomic<uint32_t> polling{0};
+  // Note [Polling for a sleeper]: Wakeup::kPolled, Wakeup::kSkipped. On a
+  // line of its own: the poller writes it, the waiter never reads it, and
+  // notifiers read it only while the waiter sleeps.
+  alignas(64) std::atomic<uint32_t> polling{0};
 };
 
 class Wakeup {
