@@ -47,15 +47,18 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   }
   const bool coordinator = options_.rank == 0;
   Wakeup& wakeup = *wakeup_.load();
+  // The last epoch whose rings this caller dealt with.
   uint32_t epoch = wakeup.Epoch();
-  // A sleeping thread is left asleep while this caller polls, and woken
-  // at the end if it was rung meanwhile (Note [Polling for a sleeper] in
-  // runtime/sync/wakeup.h): the rank that answers need not wake it.
-  WakeupPolling polling(wakeup);
+  // A sleeping thread is left asleep while this caller polls (Note
+  // [Polling for a sleeper] in runtime/sync/wakeup.h): the rank that
+  // answers makes no system call for it. It is woken at the end if it was
+  // rung for what the caller did not deal with.
+  wakeup.BeginPolling();
   const int64_t lists = counters_.request_lists_sent.load();
   SendRequests(absl::Now());
-  if (failed()) return true;
-  if (coordinator && counters_.request_lists_sent.load() != lists) {
+  if (failed() ||
+      (coordinator && counters_.request_lists_sent.load() != lists)) {
+    wakeup.EndPolling(epoch);
     Notify();  // The coordinator's part is the thread's.
     return true;
   }
@@ -81,12 +84,16 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
       options_.spin_time);
   exchange_->SetPolling(false);
   // The thread takes over whatever is left: records appended or lists held
-  // while this rank polled came without the thread's pass, and the entry
-  // this caller queued quietly has its time-out (and, on rank 0, the
-  // board's checks) only in the thread's passes.
-  if (!work.IsCompleted() || handed_back || done || exchange_->Behind()) {
-    Notify();
-  }
+  // while this rank polled came without the thread's pass, the entry this
+  // caller queued quietly has its time-out (and, on rank 0, the board's
+  // checks) only in the thread's passes, and other threads' submissions,
+  // a shutdown or the job's error are its too. Rings since the caller last
+  // looked (rank 0's, or any that came at the end) wake it in EndPolling.
+  const bool left = !work.IsCompleted() || handed_back || done ||
+                    exchange_->Behind() || queue_.has_new_requests() ||
+                    failed() || shutdown_requested_;
+  wakeup.EndPolling(epoch);
+  if (left) Notify();
   return true;
 }
 

@@ -69,8 +69,9 @@ void Wakeup::Notify() {
   os::FutexWakeAll(&word_->epoch, ScopeOf(shared_));
 }
 
-void Wakeup::EndPolling() {
-  if (word_->polling.exchange(0, std::memory_order_seq_cst) & kSkipped) {
+void Wakeup::EndPolling(uint32_t seen) {
+  if ((word_->polling.exchange(0, std::memory_order_seq_cst) & kSkipped) &&
+      word_->epoch.load(std::memory_order_seq_cst) != seen) {
     os::FutexWakeAll(&word_->epoch, ScopeOf(shared_));
   }
 }

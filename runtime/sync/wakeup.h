@@ -30,11 +30,15 @@
 // A thread may poll for what the waiter waits for on its behalf (a caller
 // in the loop's turn: Note [Caller turns] in runtime/loop/caller_turn.cc).
 // Between BeginPolling and EndPolling a Notify does not wake a sleeping
-// waiter (the poller sees the new epoch itself); it marks the word instead,
-// and EndPolling wakes the sleeper if a notification was left so. Marking
-// and ending are one word's compare-and-swap and exchange: either the mark
-// comes first and the poller sees it, or the notifier sees the polling end
-// and wakes the sleeper itself, so no notification is lost.
+// waiter (the poller sees the new epoch itself); it marks the word
+// instead. EndPolling(seen) wakes the sleeper if a notification was left
+// so and the epoch moved on since `seen`, the last epoch whose news the
+// poller dealt with (what it did not deal with, it hands on by a Notify of
+// its own after EndPolling). Marking and ending are one word's
+// compare-and-swap and exchange, and the poller reads the epoch after the
+// exchange: either the mark comes first and the poller sees it (with the
+// epoch it bumped), or the notifier sees the polling end and wakes the
+// sleeper itself, so no notification is lost.
 //
 // Thread safety: Notify() from any thread or process; Wait() from one
 // thread at a time.
@@ -82,7 +86,7 @@ class Wakeup {
   void BeginPolling() {
     word_->polling.store(kPolled, std::memory_order_seq_cst);
   }
-  void EndPolling();
+  void EndPolling(uint32_t seen);
 
   // Returns true as soon as the epoch differs from `seen`, false at
   // `deadline`. Spins (polling, yielding the core) for at most `spin` first.
@@ -101,20 +105,6 @@ class Wakeup {
   WakeupWord* const word_;
   const bool shared_;
   alignas(64) std::atomic<uint64_t> sleeps_{0};
-};
-
-// Note [Polling for a sleeper], for a scope.
-class WakeupPolling {
- public:
-  explicit WakeupPolling(Wakeup& wakeup) : wakeup_(wakeup) {
-    wakeup_.BeginPolling();
-  }
-  ~WakeupPolling() { wakeup_.EndPolling(); }
-  WakeupPolling(const WakeupPolling&) = delete;
-  WakeupPolling& operator=(const WakeupPolling&) = delete;
-
- private:
-  Wakeup& wakeup_;
 };
 
 // Spins with pause instructions and sched_yield until `done()` or `spin`

@@ -63,16 +63,16 @@ TEST(WakeupTest, SleeperIsWokenByAnotherThread) {
 }
 
 // Note [Polling for a sleeper]: while a poller polls, a Notify marks the
-// word rather than waking the sleeper, and the end of polling wakes it.
+// word rather than waking the sleeper, and the end of polling wakes it for
+// the rings that came after the poller last looked.
 TEST(WakeupTest, APollerLeavesTheSleeperToItsEnd) {
   WakeupWord word;
   Wakeup w(&word, /*shared=*/false);
-  {
-    // No sleeper: nothing to mark.
-    WakeupPolling polling(w);
-    w.Notify();
-    EXPECT_EQ(word.polling.load(), 1u);
-  }
+  // No sleeper: nothing to mark.
+  w.BeginPolling();
+  w.Notify();
+  EXPECT_EQ(word.polling.load(), 1u);
+  w.EndPolling(w.Epoch());
   EXPECT_EQ(word.polling.load(), 0u);
   const uint32_t epoch = w.Epoch();
   std::atomic<bool> woken{false};
@@ -85,28 +85,37 @@ TEST(WakeupTest, APollerLeavesTheSleeperToItsEnd) {
     std::this_thread::yield();
   }
   ASSERT_EQ(word.sleepers.load(), 1u);
-  {
-    WakeupPolling polling(w);
-    w.Notify();
-    EXPECT_EQ(word.polling.load(), 3u);  // polled, a wake-up skipped
-    w.Notify();
-    EXPECT_EQ(word.polling.load(), 3u);
-  }
+  // The poller's last look was before the rings: ending wakes the sleeper.
+  const uint32_t seen = w.Epoch();
+  w.BeginPolling();
+  w.Notify();
+  EXPECT_EQ(word.polling.load(), 3u);  // polled, a wake-up skipped
+  w.Notify();
+  EXPECT_EQ(word.polling.load(), 3u);
+  w.EndPolling(seen);
   EXPECT_EQ(word.polling.load(), 0u);
   waiter.join();
   EXPECT_TRUE(woken.load());
-  // Outside polling a Notify wakes as before.
+  // A ring the poller dealt with (its last look came after it) is left
+  // marked and cleared at the end; the next Notify, outside polling, wakes
+  // the sleeper as before.
   const uint32_t again = w.Epoch();
+  std::atomic<uint32_t> polling_after_end{1};
   std::thread notifier([&] {
     while (word.sleepers.load() == 0 && absl::Now() < give_up) {
       std::this_thread::yield();
     }
+    w.BeginPolling();
+    w.Notify();
+    const uint32_t dealt_with = w.Epoch();
+    w.EndPolling(dealt_with);
+    polling_after_end = word.polling.load();
     w.Notify();
   });
   EXPECT_TRUE(
       w.Wait(again, absl::Now() + absl::Seconds(60), absl::ZeroDuration()));
-  EXPECT_EQ(word.polling.load(), 0u);
   notifier.join();
+  EXPECT_EQ(polling_after_end.load(), 0u);
 }
 
 TEST(WakeupTest, ManyNotifiersOneWaiterNothingLost) {
