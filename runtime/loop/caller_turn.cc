@@ -58,8 +58,9 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   SendRequests(absl::Now());
   if (failed() ||
       (coordinator && counters_.request_lists_sent.load() != lists)) {
+    // The job's error, or on rank 0 the coordinator's step: the thread's.
     wakeup.EndPolling(epoch);
-    Notify();  // The coordinator's part is the thread's.
+    Notify();
     return true;
   }
   exchange_->SetPolling(true);

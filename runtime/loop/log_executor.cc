@@ -49,6 +49,24 @@ void LogExecutor::ExecuteList(ProcessSetState& set,
   if (!made_here) set.cache->PruneGraveyard(list.seq());
 }
 
+namespace {
+
+// Note [Caller turns]: what a caller may execute; the rest is the
+// thread's (CUDA work runs on its streams; sets and joins change what
+// the thread's passes read).
+bool CallerMayRunResponse(const wire::Response& response) {
+  switch (response.type()) {
+    case wire::RESPONSE_JOIN:
+    case wire::RESPONSE_ADD_PROCESS_SET:
+    case wire::RESPONSE_REMOVE_PROCESS_SET:
+      return false;
+    default:
+      return response.device_type() != static_cast<int>(DeviceType::kCuda);
+  }
+}
+
+}  // namespace
+
 bool LogExecutor::ExecuteIds(const HitBoardShared::Record& record,
                              int64_t fusion_threshold_bytes, bool caller) {
   ProcessSetState& global = sets_->global();
@@ -64,11 +82,7 @@ bool LogExecutor::ExecuteIds(const HitBoardShared::Record& record,
           ", which this rank's response cache does not hold")));
       return true;
     }
-    // Note [Caller turns]: CUDA tensors are the thread's.
-    if (caller &&
-        cached->device_type() == static_cast<int>(DeviceType::kCuda)) {
-      return false;
-    }
+    if (caller && !CallerMayRunResponse(*cached)) return false;
     singles_.push_back(cached);
   }
   ++counters_.board_records_executed;
@@ -91,24 +105,6 @@ bool LogExecutor::ExecuteIds(const HitBoardShared::Record& record,
   }
   return true;
 }
-
-namespace {
-
-// Note [Caller turns]: what a caller may execute; the rest is the
-// thread's (CUDA work runs on its streams; sets and joins change what
-// the thread's passes read).
-bool CallerMayRunResponse(const wire::Response& response) {
-  switch (response.type()) {
-    case wire::RESPONSE_JOIN:
-    case wire::RESPONSE_ADD_PROCESS_SET:
-    case wire::RESPONSE_REMOVE_PROCESS_SET:
-      return false;
-    default:
-      return response.device_type() != static_cast<int>(DeviceType::kCuda);
-  }
-}
-
-}  // namespace
 
 bool LogExecutor::CallerMayRun(const wire::ResponseList& list) {
   if (list.shutdown()) return false;
