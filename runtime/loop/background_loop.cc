@@ -146,6 +146,8 @@ void BackgroundLoop::Run() {
     MutexLock turn(&turn_->mu);
     turn_->thread_waits.store(false, std::memory_order_relaxed);
     if (failed()) break;
+    RunListsMadeForThread(&done);
+    if (failed() || done) break;
     const absl::Time now = absl::Now();
     next_wakeup = absl::InfiniteFuture();
     timeline_.CycleStart();
@@ -166,10 +168,13 @@ void BackgroundLoop::Run() {
     if (failed()) break;
     exchange_->Execute(&done);
     if (failed()) break;
-    if (coordinator && !done) CoordinatorStep(now, &next_wakeup, &done);
+    if (coordinator && !done) {
+      CoordinatorStep(Turn::kThread, now, &next_wakeup, &done);
+    }
     if (failed()) break;
     next_wakeup =
         std::min(next_wakeup, queue_.ExpireLocal(now, options_.op_timeout));
+    thread_wakes_at_ = next_wakeup;
   }
   {
     // No caller takes a turn after the loop's last.
@@ -325,8 +330,8 @@ void BackgroundLoop::SendRequests(absl::Time now) {
   }
 }
 
-void BackgroundLoop::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
-                                     bool* done) {
+void BackgroundLoop::CoordinatorStep(Turn turn, absl::Time now,
+                                     absl::Time* next_wakeup, bool* done) {
   std::vector<std::shared_ptr<ProcessSetState>> sets;
   for (auto& [id, set] : sets_.All()) sets.push_back(set);
   // The global set goes last: at shutdown its list is the final one.
@@ -389,7 +394,7 @@ void BackgroundLoop::CoordinatorStep(absl::Time now, absl::Time* next_wakeup,
       // Every rank asked to shut down: the global set's list is the last
       // one (after every other set's), since no rank can add requests.
       list.set_shutdown(all_shutdown && set->id == kGlobalProcessSet);
-      SendList(*set, list);
+      SendList(turn, set, list);
       if (failed()) return;
       if (list.shutdown()) *done = true;
     }
@@ -415,22 +420,44 @@ void BackgroundLoop::ReportShutdownWaiting(const Coordinator& global) {
       .IgnoreError();  // A lost rank is reported anyway.
 }
 
-void BackgroundLoop::SendList(ProcessSetState& set,
+void BackgroundLoop::SendList(Turn turn,
+                              const std::shared_ptr<ProcessSetState>& set,
                               const wire::ResponseList& list) {
   // On the board: its marker, where every rank runs it.
-  if (!exchange_->ListMade(list, set.id, *sets_.global().coordinator)) return;
+  if (!exchange_->ListMade(list, set->id, *sets_.global().coordinator)) {
+    return;
+  }
   if (control_) {
     if (list.shutdown()) control_->MarkShuttingDown();
     wire::ControlMessage message;
     *message.mutable_response_list() = list;
-    absl::Status s = control_->SendTo(set.ranks, message);
+    absl::Status s = control_->SendTo(set->ranks, message);
     if (!s.ok()) {
       Fatal(s);
       return;
     }
   }
-  if (set.member()) log_.ExecuteList(set, list, /*made_here=*/true);
+  // Note [Caller turns]: what a caller may not run here waits for the
+  // thread, and so does every list made after it.
+  if (turn == Turn::kCaller && (!made_for_thread_.empty() ||
+                                (set->member() && !log_.CallerMayRun(list)))) {
+    made_for_thread_.push_back({set, list});
+    return;
+  }
+  if (set->member()) log_.ExecuteList(*set, list, /*made_here=*/true);
   exchange_->ListExecuted();
+}
+
+void BackgroundLoop::RunListsMadeForThread(bool* done) {
+  for (const MadeList& made : made_for_thread_) {
+    if (made.set->member()) {
+      log_.ExecuteList(*made.set, made.list, /*made_here=*/true);
+    }
+    exchange_->ListExecuted();
+    if (failed()) break;
+    if (made.list.shutdown()) *done = true;
+  }
+  made_for_thread_.clear();
 }
 
 }  // namespace kolo

@@ -105,9 +105,17 @@ class BackgroundLoop {
   // hold the response lists for the exchange's log). Fails the job on an
   // error.
   void ReceiveEvents(absl::Time now, absl::Time* next_wakeup);
+  // Who holds the turn: what a list made on rank 0 may run on depends on
+  // it (Runner::CallerMayRun).
+  enum class Turn { kThread, kCaller };
   // The turn, rank 0: each set's batching, checks and response list.
-  void CoordinatorStep(absl::Time now, absl::Time* next_wakeup, bool* done);
-  void SendList(ProcessSetState& set, const wire::ResponseList& list);
+  void CoordinatorStep(Turn turn, absl::Time now, absl::Time* next_wakeup,
+                       bool* done);
+  void SendList(Turn turn, const std::shared_ptr<ProcessSetState>& set,
+                const wire::ResponseList& list);
+  // The thread's turn, rank 0: executes the lists a caller made but could
+  // not run (made_for_thread_), before anything else.
+  void RunListsMadeForThread(bool* done);
   // Coordinator: tells every rank which ranks it still waits for at
   // shutdown, when that changed.
   void ReportShutdownWaiting(const Coordinator& global);
@@ -154,6 +162,17 @@ class BackgroundLoop {
 
   // The turn only.
   bool shutdown_sent_ = false;
+  // Rank 0: lists a caller's turn made (sent to the others, on the board
+  // marked) but must leave to the thread to execute here, in the order
+  // made; while any waits, no caller takes a turn.
+  struct MadeList {
+    std::shared_ptr<ProcessSetState> set;
+    wire::ResponseList list;
+  };
+  std::vector<MadeList> made_for_thread_;
+  // When the thread wakes unless rung (the deadline its last pass left): a
+  // caller rings it for an earlier one its turn set.
+  absl::Time thread_wakes_at_ = absl::InfinitePast();
   // SendRequests: per process set, the cache ids of one pass (storage kept
   // from pass to pass).
   std::map<int, std::vector<int64_t>> hits_to_send_;

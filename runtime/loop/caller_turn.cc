@@ -24,15 +24,23 @@ namespace kolo {
 // rung, and on one host, where a cached request of the global set becomes
 // a bit on the board (Note [Hits on the board] in control/hit_board.h), it
 // polls the board's log, marked as polling so that the rank that sets the
-// last bit does not ring this rank's thread. Every pass's state (the
-// log's cursor, the caches, the executors, the control plane's messages)
-// is touched only by whoever holds the turn. The caller hands back to the
-// thread, ringing it, what only the thread does: on rank 0 a request
-// list for its coordinator (the coordinator's steps, with their
-// deadlines), any turn on a host leader (it relays its host's lists,
-// LeaderExchange), an entry of the log that is CUDA work, a process set
-// made or dropped, a join or the job's final list (Runner::CallerMayRun),
-// and a spin time without an answer; then it waits as any caller does;
+// last bit does not ring this rank's thread. On rank 0, once its list went
+// to its own coordinators, the caller takes the others' lists that came
+// already and runs the coordinators' step (CoordinatorStep), which makes,
+// sends and executes the lists that are ready; in a job of one, or when
+// rank 0 is the last to submit, that completes the call on the caller's
+// thread. Every pass's state (the log's cursor, the caches, the
+// executors, the control plane's messages, the coordinators) is touched
+// only by whoever holds the turn. The caller hands back to the thread,
+// ringing it, what only the thread does: on rank 0 the wait for the
+// others' lists (their rings) and the deadlines its step set that come
+// before the thread's own wake-up (thread_wakes_at_); any turn on a host
+// leader (it relays its host's lists, LeaderExchange); an entry of the log
+// that is CUDA work, a process set made or dropped, a join or the job's
+// final list (Runner::CallerMayRun; on rank 0 such a list, once made and
+// sent, waits in made_for_thread_ with every list made after it, and no
+// caller takes a turn until the thread has run them); and a spin time
+// without an answer. Then it waits as any caller does;
 // and it ends its turn (or takes none) when the thread waits for the turn,
 // so that callers making blocking calls back to back never starve the
 // thread. So the thread still does everything it did; the caller only does
@@ -41,7 +49,7 @@ namespace kolo {
 // its error) on whichever thread runs it.
 bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   if (!exchange_->CallerTurns() || options_.spin_time <= absl::ZeroDuration() ||
-      failed() || shutdown_requested_ ||
+      failed() || shutdown_requested_ || !made_for_thread_.empty() ||
       turn_->thread_waits.load(std::memory_order_relaxed)) {
     return false;
   }
@@ -56,25 +64,41 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   wakeup.BeginPolling();
   const int64_t lists = counters_.request_lists_sent.load();
   SendRequests(absl::Now());
-  if (failed() ||
-      (coordinator && counters_.request_lists_sent.load() != lists)) {
-    // The job's error, or on rank 0 the coordinator's step: the thread's.
+  if (failed()) {
     wakeup.EndPolling(epoch);
     Notify();
     return true;
   }
-  exchange_->SetPolling(true);
   bool handed_back = false;
   bool done = false;
+  // Rank 0, after a list went to its coordinators: it takes the others'
+  // lists that came already and runs the coordinators' step, which makes
+  // and executes the response lists that are ready. If its collective is
+  // not among them, the others' lists are still to come, and waiting for
+  // them (their rings) is the thread's.
+  bool coordinate = coordinator && counters_.request_lists_sent.load() != lists;
+  // The deadlines that step left (its coordinators' batching, time-outs
+  // and stall checks), which the thread keeps.
+  absl::Time next_wakeup = absl::InfiniteFuture();
+  absl::Time unused = absl::InfiniteFuture();
+  if (coordinate) {
+    ReceiveEvents(absl::Now(), &unused);
+    if (!failed()) {
+      CoordinatorStep(Turn::kCaller, absl::Now(), &next_wakeup, &done);
+    }
+    coordinate = false;
+    handed_back = !work.IsCompleted() || !made_for_thread_.empty();
+  }
+  exchange_->SetPolling(true);
   SpinUntil(
       [&] {
-        if (work.IsCompleted()) return true;
+        if (work.IsCompleted() || handed_back || done || failed()) return true;
         if (const uint32_t now_epoch = wakeup.Epoch(); now_epoch != epoch) {
-          // Rung: rank 0's is its coordinator's (the thread's); elsewhere
-          // it is the control plane's messages, which the caller takes.
+          // Rung: rank 0's is for its coordinators (the thread's);
+          // elsewhere it is the control plane's messages, which the caller
+          // takes.
           if (coordinator) return true;
           epoch = now_epoch;
-          absl::Time unused = absl::InfiniteFuture();
           ReceiveEvents(absl::Now(), &unused);
         }
         exchange_->Execute(&done, &handed_back);
@@ -92,7 +116,8 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   // looked (rank 0's, or any that came at the end) wake it in EndPolling.
   const bool left = !work.IsCompleted() || handed_back || done ||
                     exchange_->Behind() || queue_.has_new_requests() ||
-                    failed() || shutdown_requested_;
+                    next_wakeup < thread_wakes_at_ || failed() ||
+                    shutdown_requested_;
   wakeup.EndPolling(epoch);
   if (left) Notify();
   return true;

@@ -63,6 +63,15 @@ class BackgroundLoopTest : public testing::JobOfOne {
     e->work->SetWaitPolicy(options_.spin_time, loop_->waiters());
     return e;
   }
+  // Until the thread has gone to sleep `n` times (then, unrung, it holds
+  // no turn: a caller's TryTurn takes it).
+  void AwaitSleepingThread(int64_t n = 1) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (Counters().at("loop.sleeps") < n) {
+      ASSERT_LT(absl::Now(), deadline) << "the loop never went to sleep";
+      std::this_thread::yield();
+    }
+  }
   std::map<std::string, int64_t> Counters() const {
     std::map<std::string, int64_t> c;
     loop_->AddCounters(&c);
@@ -95,17 +104,50 @@ TEST_F(BackgroundLoopTest,
 
 TEST_F(BackgroundLoopTest, AQuietSubmissionRunsOnceItsCallerTriesATurn) {
   StartLoop();
+  AwaitSleepingThread();
   std::vector<float> a = {4};
   auto e = Allreduce("quiet", &a);
   auto work = e->work;
   ASSERT_TRUE(queue_.AddQuietly(std::move(e)).ok());
-  // Rank 0 over the coordinator: a caller's turn sends the list to its
-  // coordinator and leaves the coordinator's step to the thread, ringing
-  // it (Note [Caller turns]); the turn does not complete the work.
+  // Rank 0 over the coordinator: the caller's turn sends the list to its
+  // coordinator, runs the coordinator's step and executes the list it
+  // made (Note [Caller turns]), all on the calling thread.
   loop_->TryTurn(*work);
+  EXPECT_TRUE(work->IsCompleted());
   ASSERT_TRUE(work->Wait(kWait).ok());
-  EXPECT_LE(Counters().at("loop.caller_turns"), 1);
+  EXPECT_EQ(Counters().at("loop.caller_turns"), 1);
+  EXPECT_EQ(Counters().at("loop.caller_turns_completed"), 1);
+  EXPECT_EQ(log_->counters().collectives_executed, 1);
+}
+
+TEST_F(BackgroundLoopTest, AListTheCallerMayNotRunIsLeftToTheThread) {
+  StartLoop();
+  AwaitSleepingThread();
+  // A join's list is the thread's (Runner::CallerMayRun): the caller's
+  // turn makes and sends it, then hands it back unexecuted.
+  auto join = std::make_unique<TensorEntry>();
+  join->request.set_type(wire::JOIN);
+  join->request.set_name("__kolo_join__");
+  join->work = std::make_shared<internal::WorkState>();
+  auto joined = join->work;
+  ASSERT_TRUE(queue_.AddQuietly(std::move(join)).ok());
+  loop_->TryTurn(*joined);
+  EXPECT_EQ(Counters().at("loop.caller_turns"), 1);
   EXPECT_EQ(Counters().at("loop.caller_turns_completed"), 0);
+  ASSERT_TRUE(joined->Wait(kWait).ok()) << joined->Wait(kWait);
+  EXPECT_EQ(sets_->global().executed_seq, 1);
+  // Once the thread ran it, callers take turns again, in order.
+  AwaitSleepingThread(2);
+  std::vector<float> a = {5};
+  auto e = Allreduce("after", &a);
+  auto work = e->work;
+  ASSERT_TRUE(queue_.AddQuietly(std::move(e)).ok());
+  loop_->TryTurn(*work);
+  ASSERT_TRUE(work->Wait(kWait).ok()) << work->Wait(kWait);
+  EXPECT_EQ(Counters().at("loop.caller_turns"), 2);
+  EXPECT_EQ(Counters().at("loop.caller_turns_completed"), 1);
+  EXPECT_EQ(sets_->global().executed_seq, 2);
+  EXPECT_FALSE(job_.failed());
 }
 
 TEST_F(BackgroundLoopTest, AShutdownRequestEndsTheLoopWithTheFinalList) {
