@@ -76,17 +76,15 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   // and executes the response lists that are ready. If its collective is
   // not among them, the others' lists are still to come, and waiting for
   // them (their rings) is the thread's.
-  bool coordinate = coordinator && counters_.request_lists_sent.load() != lists;
   // The deadlines that step left (its coordinators' batching, time-outs
   // and stall checks), which the thread keeps.
   absl::Time next_wakeup = absl::InfiniteFuture();
   absl::Time unused = absl::InfiniteFuture();
-  if (coordinate) {
+  if (coordinator && counters_.request_lists_sent.load() != lists) {
     ReceiveEvents(absl::Now(), &unused);
     if (!failed()) {
       CoordinatorStep(Turn::kCaller, absl::Now(), &next_wakeup, &done);
     }
-    coordinate = false;
     handed_back = !work.IsCompleted() || !made_for_thread_.empty();
   }
   exchange_->SetPolling(true);
