@@ -444,16 +444,18 @@ void BackgroundLoop::SendList(Turn turn,
     made_for_thread_.push_back({set, list});
     return;
   }
-  if (set->member()) log_.ExecuteList(*set, list, /*made_here=*/true);
+  RunMadeList(*set, list);
+}
+
+void BackgroundLoop::RunMadeList(ProcessSetState& set,
+                                 const wire::ResponseList& list) {
+  if (set.member()) log_.ExecuteList(set, list, /*made_here=*/true);
   exchange_->ListExecuted();
 }
 
 void BackgroundLoop::RunListsMadeForThread(bool* done) {
   for (const MadeList& made : made_for_thread_) {
-    if (made.set->member()) {
-      log_.ExecuteList(*made.set, made.list, /*made_here=*/true);
-    }
-    exchange_->ListExecuted();
+    RunMadeList(*made.set, made.list);
     if (failed()) break;
     if (made.list.shutdown()) *done = true;
   }

@@ -113,6 +113,8 @@ class BackgroundLoop {
                        bool* done);
   void SendList(Turn turn, const std::shared_ptr<ProcessSetState>& set,
                 const wire::ResponseList& list);
+  // Rank 0: executes a list it made (if a member) and passes its marker.
+  void RunMadeList(ProcessSetState& set, const wire::ResponseList& list);
   // The thread's turn, rank 0: executes the lists a caller made but could
   // not run (made_for_thread_), before anything else.
   void RunListsMadeForThread(bool* done);
@@ -124,6 +126,12 @@ class BackgroundLoop {
   // until `work` completes, the spin time passes or the thread must take
   // over. False if it took no turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
+  // CallerTurn's wait: executes the log as it comes (taking the control
+  // plane's messages at each ring past `*epoch`, which it advances) until
+  // `work` completes, the spin time passes, the job ends or fails, or the
+  // thread must take over (`*handed_back`, or a ring on rank 0).
+  void PollLog(const internal::WorkState& work, uint32_t* epoch, bool* done,
+               bool* handed_back);
   // Coordinator: one request list of rank `from` for its set; false after
   // Fatal (the rank is not in the set).
   bool AcceptRequestList(int from, wire::RequestList list, absl::Time now);

@@ -64,48 +64,27 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   wakeup.BeginPolling();
   const int64_t lists = counters_.request_lists_sent.load();
   SendRequests(absl::Now());
-  if (failed()) {
-    wakeup.EndPolling(epoch);
-    Notify();
-    return true;
-  }
   bool handed_back = false;
   bool done = false;
   // Rank 0, after a list went to its coordinators: it takes the others'
   // lists that came already and runs the coordinators' step, which makes
   // and executes the response lists that are ready. If its collective is
   // not among them, the others' lists are still to come, and waiting for
-  // them (their rings) is the thread's.
-  // The deadlines that step left (its coordinators' batching, time-outs
-  // and stall checks), which the thread keeps.
+  // them (their rings) is the thread's. `next_wakeup`: the deadlines that
+  // step left (batching, time-outs, stall checks), which the thread keeps.
   absl::Time next_wakeup = absl::InfiniteFuture();
   absl::Time unused = absl::InfiniteFuture();
-  if (coordinator && counters_.request_lists_sent.load() != lists) {
+  if (coordinator && !failed() &&
+      counters_.request_lists_sent.load() != lists) {
     ReceiveEvents(absl::Now(), &unused);
     if (!failed()) {
       CoordinatorStep(Turn::kCaller, absl::Now(), &next_wakeup, &done);
     }
     handed_back = !work.IsCompleted() || !made_for_thread_.empty();
   }
-  exchange_->SetPolling(true);
-  SpinUntil(
-      [&] {
-        if (work.IsCompleted() || handed_back || done || failed()) return true;
-        if (const uint32_t now_epoch = wakeup.Epoch(); now_epoch != epoch) {
-          // Rung: rank 0's is for its coordinators (the thread's);
-          // elsewhere it is the control plane's messages, which the caller
-          // takes.
-          if (coordinator) return true;
-          epoch = now_epoch;
-          ReceiveEvents(absl::Now(), &unused);
-        }
-        exchange_->Execute(&done, &handed_back);
-        return work.IsCompleted() || handed_back || done || failed() ||
-               shutdown_requested_ ||
-               turn_->thread_waits.load(std::memory_order_relaxed);
-      },
-      options_.spin_time);
-  exchange_->SetPolling(false);
+  if (!work.IsCompleted() && !handed_back && !done && !failed()) {
+    PollLog(work, &epoch, &done, &handed_back);
+  }
   // The thread takes over whatever is left: records appended or lists held
   // while this rank polled came without the thread's pass, the entry this
   // caller queued quietly has its time-out (and, on rank 0, the board's
@@ -119,6 +98,32 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   wakeup.EndPolling(epoch);
   if (left) Notify();
   return true;
+}
+
+void BackgroundLoop::PollLog(const internal::WorkState& work, uint32_t* epoch,
+                             bool* done, bool* handed_back) {
+  const bool coordinator = options_.rank == 0;
+  Wakeup& wakeup = *wakeup_.load();
+  absl::Time unused = absl::InfiniteFuture();
+  exchange_->SetPolling(true);
+  SpinUntil(
+      [&] {
+        if (work.IsCompleted()) return true;
+        if (const uint32_t now_epoch = wakeup.Epoch(); now_epoch != *epoch) {
+          // Rung: rank 0's is for its coordinators (the thread's);
+          // elsewhere it is the control plane's messages, which the caller
+          // takes.
+          if (coordinator) return true;
+          *epoch = now_epoch;
+          ReceiveEvents(absl::Now(), &unused);
+        }
+        exchange_->Execute(done, handed_back);
+        return work.IsCompleted() || *handed_back || *done || failed() ||
+               shutdown_requested_ ||
+               turn_->thread_waits.load(std::memory_order_relaxed);
+      },
+      options_.spin_time);
+  exchange_->SetPolling(false);
 }
 
 void BackgroundLoop::TryTurn(const internal::WorkState& work) {
