@@ -49,8 +49,9 @@
 // not a loss). The leader holds the lists at most KOLO_CYCLE_TIME, only
 // while they are the global set's hits and some id waits for a rank of
 // the host that has not sent it (HostBatch::Due); and only between its
-// own collectives (like the coordinator, it reads its rings while its
-// background thread is not inside one). A lost leader is a lost rank,
+// own collectives (like the coordinator, it reads its rings while
+// whoever holds its loop's turn, its background thread or a caller's
+// turn, is not inside one). A lost leader is a lost rank,
 // found by its connection to the coordinator as any other; a rank behind
 // it learns it from the coordinator. The segment is private to the job's
 // user and unlinked once mapped, as the single-host one; its bytes, like

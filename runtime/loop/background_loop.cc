@@ -109,6 +109,7 @@ void BackgroundLoop::AddCounters(
   int64_t sleeps = own_wakeup_.sleeps();
   if (loop_wakeup != &own_wakeup_) sleeps += loop_wakeup->sleeps();
   c["loop.sleeps"] = sleeps;
+  c["loop.sleeping"] = loop_wakeup->sleeping() ? 1 : 0;
 }
 
 void BackgroundLoop::Run() {

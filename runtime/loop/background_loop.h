@@ -127,11 +127,13 @@ class BackgroundLoop {
   // over. False if it took no turn (then the caller rings the thread).
   bool CallerTurn(const internal::WorkState& work);
   // CallerTurn's wait: executes the log as it comes (taking the control
-  // plane's messages at each ring past `*epoch`, which it advances) until
-  // `work` completes, the spin time passes, the job ends or fails, or the
-  // thread must take over (`*handed_back`, or a ring on rank 0).
-  void PollLog(const internal::WorkState& work, uint32_t* epoch, bool* done,
-               bool* handed_back);
+  // plane's messages at each ring past `*epoch`, which it advances, and on
+  // a host leader relaying its host's lists when `*relay_due` comes, which
+  // it sets anew) until `work` completes, the spin time passes, the job
+  // ends or fails, or the thread must take over (`*handed_back`, or a ring
+  // on rank 0).
+  void PollLog(const internal::WorkState& work, uint32_t* epoch,
+               absl::Time* relay_due, bool* done, bool* handed_back);
   // Coordinator: one request list of rank `from` for its set; false after
   // Fatal (the rank is not in the set).
   bool AcceptRequestList(int from, wire::RequestList list, absl::Time now);

@@ -1,6 +1,7 @@
 // A caller's turn of the loop (Note [Caller turns]): a blocking call that
 // submits and runs the loop's pass itself. Methods of BackgroundLoop
 // (background_loop.h).
+#include <algorithm>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -24,8 +25,12 @@ namespace kolo {
 // rung, and on one host, where a cached request of the global set becomes
 // a bit on the board (Note [Hits on the board] in control/hit_board.h), it
 // polls the board's log, marked as polling so that the rank that sets the
-// last bit does not ring this rank's thread. On rank 0, once its list went
-// to its own coordinators, the caller takes the others' lists that came
+// last bit does not ring this rank's thread. On a host leader (it relays
+// its host's lists: LeaderExchange) the caller's list joins its host's
+// batch, and the caller relays as the thread would: the batch goes to the
+// coordinator once every rank of the host sent its hits (their lists come
+// with rings, which it takes), or when its hold ends. On rank 0, once its list
+// went to its own coordinators, the caller takes the others' lists that came
 // already and runs the coordinators' step (CoordinatorStep), which makes,
 // sends and executes the lists that are ready; in a job of one, or when
 // rank 0 is the last to submit, that completes the call on the caller's
@@ -34,8 +39,7 @@ namespace kolo {
 // only by whoever holds the turn. The caller hands back to the thread,
 // ringing it, what only the thread does: on rank 0 the wait for the
 // others' lists (their rings) and the deadlines its step set that come
-// before the thread's own wake-up (thread_wakes_at_); any turn on a host
-// leader (it relays its host's lists, LeaderExchange); an entry of the log
+// before the thread's own wake-up (thread_wakes_at_); an entry of the log
 // that is CUDA work, a process set made or dropped, a join or the job's
 // final list (Runner::CallerMayRun; on rank 0 such a list, once made and
 // sent, waits in made_for_thread_ with every list made after it, and no
@@ -48,8 +52,8 @@ namespace kolo {
 // wait for the other ranks; a collective that started runs to its end (or
 // its error) on whichever thread runs it.
 bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
-  if (!exchange_->CallerTurns() || options_.spin_time <= absl::ZeroDuration() ||
-      failed() || shutdown_requested_ || !made_for_thread_.empty() ||
+  if (options_.spin_time <= absl::ZeroDuration() || failed() ||
+      shutdown_requested_ || !made_for_thread_.empty() ||
       turn_->thread_waits.load(std::memory_order_relaxed)) {
     return false;
   }
@@ -66,6 +70,10 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   SendRequests(absl::Now());
   bool handed_back = false;
   bool done = false;
+  // A host leader: its host's lists that came already join its own, and
+  // the batch goes on if it is due; else `relay_due` says when it is.
+  absl::Time relay_due = absl::InfiniteFuture();
+  if (exchange_->Relays() && !failed()) ReceiveEvents(absl::Now(), &relay_due);
   // Rank 0, after a list went to its coordinators: it takes the others'
   // lists that came already and runs the coordinators' step, which makes
   // and executes the response lists that are ready. If its collective is
@@ -83,8 +91,9 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
     handed_back = !work.IsCompleted() || !made_for_thread_.empty();
   }
   if (!work.IsCompleted() && !handed_back && !done && !failed()) {
-    PollLog(work, &epoch, &done, &handed_back);
+    PollLog(work, &epoch, &relay_due, &done, &handed_back);
   }
+  next_wakeup = std::min(next_wakeup, relay_due);
   // The thread takes over whatever is left: records appended or lists held
   // while this rank polled came without the thread's pass, the entry this
   // caller queued quietly has its time-out (and, on rank 0, the board's
@@ -101,10 +110,10 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
 }
 
 void BackgroundLoop::PollLog(const internal::WorkState& work, uint32_t* epoch,
-                             bool* done, bool* handed_back) {
+                             absl::Time* relay_due, bool* done,
+                             bool* handed_back) {
   const bool coordinator = options_.rank == 0;
   Wakeup& wakeup = *wakeup_.load();
-  absl::Time unused = absl::InfiniteFuture();
   exchange_->SetPolling(true);
   SpinUntil(
       [&] {
@@ -112,10 +121,16 @@ void BackgroundLoop::PollLog(const internal::WorkState& work, uint32_t* epoch,
         if (const uint32_t now_epoch = wakeup.Epoch(); now_epoch != *epoch) {
           // Rung: rank 0's is for its coordinators (the thread's);
           // elsewhere it is the control plane's messages, which the caller
-          // takes.
+          // takes (a leader relays its host's lists with them).
           if (coordinator) return true;
           *epoch = now_epoch;
-          ReceiveEvents(absl::Now(), &unused);
+          *relay_due = absl::InfiniteFuture();
+          ReceiveEvents(absl::Now(), relay_due);
+        } else if (*relay_due != absl::InfiniteFuture() &&
+                   absl::Now() >= *relay_due) {
+          // A leader's held batch is due.
+          *relay_due = absl::InfiniteFuture();
+          ReceiveEvents(absl::Now(), relay_due);
         }
         exchange_->Execute(done, handed_back);
         return work.IsCompleted() || *handed_back || *done || failed() ||

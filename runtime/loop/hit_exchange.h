@@ -119,10 +119,9 @@ class HitExchange {
   // [Caller turns]): stops, setting it, at what only the thread runs
   // (Runner::CallerMayRun).
   virtual void Execute(bool* done, bool* handed_back = nullptr);
-  // A caller may run this rank's loop turn and execute the log itself
-  // (Note [Caller turns]); not on a host leader, whose turns relay its
-  // host's lists.
-  virtual bool CallerTurns() const { return true; }
+  // The lists sent wait to go on with other ranks' (a host leader's: its
+  // host's), in Relay: a caller's turn relays too (Note [Caller turns]).
+  virtual bool Relays() const { return false; }
   // While true, a rank that completes ids need not ring this one.
   virtual void SetPolling(bool polling) {}
   // There is more to execute than this rank has (a caller's turn leaves it

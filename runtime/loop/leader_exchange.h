@@ -6,7 +6,8 @@
 // host's lists as the coordinator (and the leaders' messages through
 // HostMessages).
 //
-// Thread: the leader's background thread.
+// Thread: whoever holds the leader's loop turn (its background thread, or
+// a caller: Note [Caller turns] in runtime/loop/caller_turn.cc).
 #ifndef KOLO_RUNTIME_LOOP_LEADER_EXCHANGE_H_
 #define KOLO_RUNTIME_LOOP_LEADER_EXCHANGE_H_
 
@@ -49,9 +50,7 @@ class LeaderExchange final : public HitExchange {
   // HostBatch::Due).
   absl::Status Relay(std::vector<ControlEvent>* events, absl::Time now,
                      absl::Time* next_wakeup) override;
-  // The host's lists come between the thread's passes (Relay, with its
-  // batching deadline): a caller takes no turn on a leader.
-  bool CallerTurns() const override { return false; }
+  bool Relays() const override { return true; }
   // A leader whose loop ends before the job's end (an error): its host's
   // ranks must not wait for it.
   void LoopEnded(bool done) override {

@@ -94,6 +94,10 @@ class Wakeup {
 
   // Waits that went to sleep in the kernel (diagnostics, tests).
   uint64_t sleeps() const { return sleeps_.load(std::memory_order_relaxed); }
+  // Whether a waiter sleeps in the kernel now (or is about to).
+  bool sleeping() const {
+    return word_->sleepers.load(std::memory_order_seq_cst) > 0;
+  }
 
  private:
   // WakeupWord::polling's bits.

@@ -6,6 +6,7 @@
 // the host; errors, joins and stalls still name the rank.
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -75,6 +76,83 @@ TEST(HostRelayRing, ListsLargerThanTheRingArrive) {
   EXPECT_GE(rts[0]->Counters().at("coordinator.requests_received"),
             2 * n * 1000);
   EXPECT_GT(rts[2]->Counters().at("relay.host_messages_sent"), 0);
+  testing::ShutdownJob(rts);
+}
+
+// A leader's blocking call relays in its caller's turn (Note [Caller
+// turns]): its cached hit waits in its host's batch for the other rank of
+// the host, and when the hold (KOLO_CYCLE_TIME) ends the caller, still
+// polling, sends it on; that rank submits only once it has gone, and the
+// call completes on the caller's thread. Were the held batch the thread's,
+// it would go only after the caller's spin, and the thread would complete
+// the call.
+TEST(HostRelayTurn, ALeadersCallerSendsItsHeldBatchWhenItIsDue) {
+  const int n = 4, leader = 2, rounds = 5;
+  auto rts = StartOnHosts(n, [](Options& o) {
+    if (o.rank != leader) return;
+    o.cycle_time = absl::Milliseconds(20);
+    o.spin_time = absl::Milliseconds(500);
+  });
+  std::vector<std::vector<float>> v(n, std::vector<float>(3));
+  auto request = [&](int r) {
+    for (float& x : v[r]) x = static_cast<float>(r + 1);
+    AllreduceRequest req;
+    req.name = "held/0";
+    req.input = req.output = TensorView(v[r].data(), DataType::kFloat32, {3});
+    return req;
+  };
+  const float want = n * (n + 1) / 2.0f;
+  auto submit = [&](int r) {
+    auto w = rts[r]->Allreduce(request(r));
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE(w->Wait(absl::Seconds(30)).ok()) << "rank " << r;
+    EXPECT_EQ(v[r][2], want) << "rank " << r;
+  };
+  OnEachRank(n, submit);  // the name is cached from here on
+  const Counts before = rts[leader]->Counters();
+  for (int round = 0; round < rounds; ++round) {
+    // The leader's thread asleep: it does not see the rings the caller
+    // polls for (Note [Polling for a sleeper] in runtime/sync/wakeup.h).
+    const absl::Time asleep_by = absl::Now() + absl::Seconds(30);
+    while (rts[leader]->Counters().at("loop.sleeping") == 0) {
+      ASSERT_LT(absl::Now(), asleep_by) << "the leader's thread never slept";
+      std::this_thread::yield();
+    }
+    const int64_t sent = rts[leader]->Counters().at("relay.host_messages_sent");
+    OnEachRank(n, [&](int r) {
+      if (r == leader) {
+        const absl::Status s =
+            rts[r]->AllreduceAndWait(request(r), absl::Seconds(30)).status;
+        ASSERT_TRUE(s.ok()) << s;
+        EXPECT_EQ(v[r][2], want);
+        return;
+      }
+      if (r == leader + 1) {
+        // After the leader's hit went on without this rank's.
+        const absl::Time deadline = absl::Now() + absl::Seconds(30);
+        while (rts[leader]->Counters().at("relay.host_messages_sent") == sent) {
+          ASSERT_LT(absl::Now(), deadline) << "the held batch never went";
+          std::this_thread::yield();
+        }
+      }
+      submit(r);
+    });
+  }
+  const Counts after = rts[leader]->Counters();
+  // Two messages a round: the leader's hit at the hold's end, then the
+  // other rank's.
+  EXPECT_GE(after.at("relay.host_messages_sent") -
+                before.at("relay.host_messages_sent"),
+            2 * rounds);
+  // A round's call ran in a caller's turn unless the leader's thread woke
+  // meanwhile (it re-checks every 500 ms) and took the turn back.
+  EXPECT_GT(after.at("loop.caller_turns_completed") -
+                before.at("loop.caller_turns_completed"),
+            0);
+  std::printf("%lld of %d rounds completed in the leader's caller's turn\n",
+              static_cast<long long>(after.at("loop.caller_turns_completed") -
+                                     before.at("loop.caller_turns_completed")),
+              rounds);
   testing::ShutdownJob(rts);
 }
 
