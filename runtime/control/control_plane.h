@@ -164,7 +164,8 @@ class ControlPlane final : public ControlLink {
   // yet wait here, in order (SendToCoordinator never blocks on a full
   // ring: the leader may be in a collective that needs this rank); the
   // background thread retries them each pass (the leader rings it when it
-  // has read). Background thread.
+  // has read). Whoever holds the loop's turn (Note [Caller turns] in
+  // runtime/loop/caller_turn.cc).
   bool host_out_pending() const { return !host_out_.empty(); }
   void PushHostOut();
   // A rank behind a leader: the leader stopped relaying (its loop ended on
@@ -284,7 +285,7 @@ class ControlPlane final : public ControlLink {
   std::atomic<ShmControlSegment*> host_{nullptr};
   std::vector<int> host_ranks_;
   int host_index_ = -1;               // this rank's place in host_ranks_
-  std::deque<std::string> host_out_;  // PushHostOut's (background thread)
+  std::deque<std::string> host_out_;  // PushHostOut's (the loop's turn)
   size_t host_out_offset_ = 0;        // bytes of host_out_.front() written
 };
 

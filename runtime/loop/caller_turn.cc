@@ -98,12 +98,13 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   // while this rank polled came without the thread's pass, the entry this
   // caller queued quietly has its time-out (and, on rank 0, the board's
   // checks) only in the thread's passes, and other threads' submissions,
-  // a shutdown or the job's error are its too. Rings since the caller last
+  // lists still waiting for room in the ring to a host's leader, a
+  // shutdown or the job's error are its too. Rings since the caller last
   // looked (rank 0's, or any that came at the end) wake it in EndPolling.
-  const bool left = !work.IsCompleted() || handed_back || done ||
-                    exchange_->Behind() || queue_.has_new_requests() ||
-                    next_wakeup < thread_wakes_at_ || failed() ||
-                    shutdown_requested_;
+  const bool left =
+      !work.IsCompleted() || handed_back || done || exchange_->Behind() ||
+      queue_.has_new_requests() || (control_ && control_->host_out_pending()) ||
+      next_wakeup < thread_wakes_at_ || failed() || shutdown_requested_;
   wakeup.EndPolling(epoch);
   if (left) Notify();
   return true;

@@ -30,7 +30,8 @@
 // that never sends an id (a changed request, a stall) costs at most
 // `hold`.
 //
-// Thread: the leader's background thread.
+// Thread: whoever holds the leader's loop turn (its background thread or
+// a caller: Note [Caller turns] in runtime/loop/caller_turn.cc).
 #ifndef KOLO_RUNTIME_NEGOTIATION_HOST_BATCH_H_
 #define KOLO_RUNTIME_NEGOTIATION_HOST_BATCH_H_
 
