@@ -71,7 +71,8 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   bool handed_back = false;
   bool done = false;
   // A host leader: its host's lists that came already join its own, and
-  // the batch goes on if it is due; else `relay_due` says when it is.
+  // the batch goes on if it is due; else `relay_due` says when it is (only
+  // a leader's ReceiveEvents sets it).
   absl::Time relay_due = absl::InfiniteFuture();
   if (exchange_->Relays() && !failed()) ReceiveEvents(absl::Now(), &relay_due);
   // Rank 0, after a list went to its coordinators: it takes the others'
@@ -81,10 +82,9 @@ bool BackgroundLoop::CallerTurn(const internal::WorkState& work) {
   // them (their rings) is the thread's. `next_wakeup`: the deadlines that
   // step left (batching, time-outs, stall checks), which the thread keeps.
   absl::Time next_wakeup = absl::InfiniteFuture();
-  absl::Time unused = absl::InfiniteFuture();
   if (coordinator && !failed() &&
       counters_.request_lists_sent.load() != lists) {
-    ReceiveEvents(absl::Now(), &unused);
+    ReceiveEvents(absl::Now(), &relay_due);
     if (!failed()) {
       CoordinatorStep(Turn::kCaller, absl::Now(), &next_wakeup, &done);
     }
@@ -119,17 +119,16 @@ void BackgroundLoop::PollLog(const internal::WorkState& work, uint32_t* epoch,
   SpinUntil(
       [&] {
         if (work.IsCompleted()) return true;
-        if (const uint32_t now_epoch = wakeup.Epoch(); now_epoch != *epoch) {
-          // Rung: rank 0's is for its coordinators (the thread's);
-          // elsewhere it is the control plane's messages, which the caller
-          // takes (a leader relays its host's lists with them).
-          if (coordinator) return true;
+        // Rung: rank 0's is for its coordinators (the thread's); elsewhere
+        // it is the control plane's messages, which the caller takes (a
+        // leader relays its host's lists with them, and also when its held
+        // batch is due).
+        const uint32_t now_epoch = wakeup.Epoch();
+        const bool rung = now_epoch != *epoch;
+        if (rung && coordinator) return true;
+        if (rung || (*relay_due != absl::InfiniteFuture() &&
+                     absl::Now() >= *relay_due)) {
           *epoch = now_epoch;
-          *relay_due = absl::InfiniteFuture();
-          ReceiveEvents(absl::Now(), relay_due);
-        } else if (*relay_due != absl::InfiniteFuture() &&
-                   absl::Now() >= *relay_due) {
-          // A leader's held batch is due.
           *relay_due = absl::InfiniteFuture();
           ReceiveEvents(absl::Now(), relay_due);
         }
