@@ -10,7 +10,11 @@ version (torch==X.Y.*): torch's C++ ABI changes between minor releases.
 --no-build-isolation is needed so that the build sees the installed torch.
 
 KOLO_BAZEL_OUTPUT_BASE (optional) names Bazel's output base, to share one
-with another build of the same torch (tools/test.sh's).
+with another build of the same torch (tools/test.sh's); KOLO_BAZEL_DISK_CACHE
+(optional) a disk cache shared by several (tools/build_wheel.sh's).
+
+The wheel this makes links Debian's libraries where they are; tools/
+build_wheel.sh makes it self-contained (tools/repair_wheel.py).
 """
 
 import os
@@ -84,8 +88,11 @@ class BazelBuild(build_py):
         startup = []
         if os.environ.get("KOLO_BAZEL_OUTPUT_BASE"):
             startup.append("--output_base=" + os.environ["KOLO_BAZEL_OUTPUT_BASE"])
+        flags = []
+        if os.environ.get("KOLO_BAZEL_DISK_CACHE"):
+            flags.append("--disk_cache=" + os.environ["KOLO_BAZEL_DISK_CACHE"])
         subprocess.check_call(
-            ["bazel"] + startup + ["build", "--symlink_prefix=bazel-pip-",
+            ["bazel"] + startup + ["build"] + flags + ["--symlink_prefix=bazel-pip-",
                                    "//frontends/python:site",
                                    "//tools/kolorun:kolorun",
                                    "//tools/kolorun:kolo_rank_guard"],

@@ -1,30 +1,73 @@
 #!/usr/bin/env bash
-# Builds the Python package kolo (kolo.torch, Horovod's API) as one wheel,
-# for the torch of KOLO_PYTHON (default /usr/bin/python3, Debian's torch):
+# Builds kolo's self-contained wheels (docs/building.md, "Wheels"):
 #
-#   [KOLO_PYTHON=python] tools/build_wheel.sh OUTDIR
+#   tools/build_wheel.sh OUTDIR                       # every supported wheel
+#   KOLO_PYTHON=python tools/build_wheel.sh OUTDIR    # one, for its torch
 #
-# writes OUTDIR/kolo-VERSION-cp3XX-cp3XX-linux_x86_64.whl: the package's
-# Python sources, its extension (kolo/_C, with kolo's runtime, backends and
-# LibTorch frontend linked in: nothing to set in LD_LIBRARY_PATH) and the
-# launcher (kolorun and kolo_rank_guard, installed into the environment's
-# bin/). It is the wheel `pip install --no-build-isolation .` builds
-# (setup.py, setuptools' PEP 517 backend), and asks for the torch it was
-# built for (torch==X.Y.*; Debian's 1.13.0a0 as >=1.13.0a0,<1.14). Install
-# it next to that torch, without a network, e.g. for Debian's:
+# Every supported wheel: PyPI's torch pinned in tools/torch-versions.txt on
+# each Python it supports that this machine has (Debian's 3.11, and
+# pyenv's or /usr/bin's 3.12, 3.13, 3.14 where they are), and the GPU
+# machine's torch (tools/torch-device.txt, Python 3.12); each in its venv
+# from tools/torch_env.sh. A Python the machine lacks is named and skipped.
 #
-#   /usr/bin/python3 -m venv --system-site-packages ENV
-#   ENV/bin/pip install --no-index OUTDIR/kolo-*.whl
-#
-# Installs what is missing first (tools/install_deps.sh).
+# Each wheel, kolo-VERSION-cp3XX-cp3XX-manylinux_2_NN_x86_64.whl, holds the
+# package's Python sources, its extension (kolo/_C: kolo's runtime,
+# backends and LibTorch frontend), the launcher (kolorun and
+# kolo_rank_guard, installed into the environment's bin/) and, in
+# kolo.libs/, its own copies of the libraries they need (gloo, protobuf,
+# abseil, ...) under names that cannot clash with another copy; it takes
+# torch, NCCL and the CUDA runtime from the torch it is installed next to
+# (tools/repair_wheel.py), and asks pip for that torch (torch==X.Y.*).
+# Installs what is missing first (tools/install_deps.sh, the repair tools'
+# venv from tools/wheel_tools.sh).
 set -euo pipefail
 if [ $# -ne 1 ] || [ "${1#-}" != "$1" ]; then
-  echo "usage: $0 OUTDIR" >&2
+  echo "usage: [KOLO_PYTHON=python] $0 OUTDIR" >&2
   exit 2
 fi
 out=$(mkdir -p "$1" && cd "$1" && pwd)
 cd "$(dirname "$0")/.."
 tools/install_deps.sh
-python=${KOLO_PYTHON:-/usr/bin/python3}
-"$python" -m pip wheel -q --no-build-isolation --no-deps -w "$out" . >&2
-ls "$out"/kolo-*.whl
+tools_bin=$(tools/wheel_tools.sh)
+
+# wheel PYTHON: builds kolo for PYTHON's torch (setup.py; Bazel's output
+# base is KOLO_BAZEL_OUTPUT_BASE's where it is set), then makes it
+# self-contained into OUTDIR.
+wheel() {
+  local python=$1 raw
+  raw=$(mktemp -d)
+  "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$raw" . >&2
+  PATH="$tools_bin:$PATH" "$tools_bin/python" tools/repair_wheel.py \
+    "$raw"/kolo-*.whl "$out"
+  rm -rf "$raw"
+}
+
+if [ -n "${KOLO_PYTHON:-}" ]; then
+  wheel "$KOLO_PYTHON"
+  exit 0
+fi
+
+# One Bazel output base per interpreter, so that a second run rebuilds
+# nothing; the torch-free core's actions come from the disk cache they share.
+output_base() {
+  echo "$HOME/.cache/kolo/bazel-wheel-$(printf '%s' "$(readlink -f "$1")$PWD" |
+    md5sum | cut -c1-8)"
+}
+
+export KOLO_BAZEL_DISK_CACHE=$HOME/.cache/kolo/bazel-disk-cache
+missing=()
+debian=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+for py in 3.11 3.12 3.13 3.14; do
+  if [ "$py" = "$debian" ]; then
+    python=$(tools/torch_env.sh tools/torch-versions.txt)
+  elif ! python=$(tools/torch_env.sh tools/torch-versions.txt "$py" 2>/dev/null); then
+    missing+=("torch-versions.txt on Python $py")
+    continue
+  fi
+  KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python"
+done
+python=$(tools/torch_env.sh tools/torch-device.txt)
+KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python"
+for m in "${missing[@]}"; do
+  echo "build_wheel.sh: not built: $m (no such Python with its headers here)" >&2
+done

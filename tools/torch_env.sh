@@ -4,12 +4,13 @@
 #
 #   KOLO_PYTHON=$(tools/torch_env.sh) bazel build ...
 #   tools/torch_env.sh tools/torch-device.txt   # the GPU machine's torch
+#   tools/torch_env.sh tools/torch-versions.txt 3.12   # on another Python
 #
 # The venv is made without any system site packages, so that its torch is
 # PyPI's, and lives under $KOLO_TORCH_VENVS (default ~/.cache/kolo/venvs),
 # one per pinned torch version. Its interpreter is Debian's /usr/bin/python3
 # (whose headers kolo's extension compiles against), or, where the pins file
-# has a line "# python: X.Y", a Python X.Y with its headers:
+# has a line "# python: X.Y" or X.Y is given, a Python X.Y with its headers:
 # $KOLO_VENV_PYTHON, else /usr/bin/pythonX.Y, else pyenv's (the venv is then
 # named torch-VERSION-pyX.Y). pip's own cache makes a second run cheap
 # (PyPI's torch for Linux is the CUDA build, a few GB).
@@ -22,7 +23,7 @@ if [ -z "$version" ]; then
   exit 2
 fi
 venvs="${KOLO_TORCH_VENVS:-$HOME/.cache/kolo/venvs}"
-py_version=$(sed -n 's/^# python: *\([0-9.]*\) *$/\1/p' "$pins")
+py_version=${2:-$(sed -n 's/^# python: *\([0-9.]*\) *$/\1/p' "$pins")}
 if [ -z "$py_version" ]; then
   python=/usr/bin/python3
   venv="$venvs/torch-$version"

@@ -15,6 +15,35 @@ of the KOLO_* ones (docs/configuration.md).
 
 import torch  # noqa: F401  (loads libtorch before the extension)
 
+from kolo import _build
+
+
+def _check_torch():
+    """One line naming both torches where this kolo was built for another
+    (a wheel installed with pip's check bypassed), and what the extension
+    missed where it cannot load."""
+    built = _build.TORCH_VERSION
+    running = torch.__version__.split("+")[0]
+    if built.split(".")[:2] != running.split(".")[:2]:
+        raise ImportError(
+            "kolo was built for torch %s but this Python has torch %s (%s): "
+            "install the kolo wheel made for torch %s, or build kolo against "
+            "this torch (pip install --no-build-isolation <checkout>)" %
+            (built, torch.__version__, torch.__file__,
+             ".".join(running.split(".")[:2])))
+    try:
+        from kolo import _C  # noqa: F401
+    except ImportError as e:
+        if "libnccl" in str(e) or "libcudart" in str(e):
+            raise ImportError(
+                "kolo uses the NCCL and CUDA runtime of PyPI's torch (the "
+                "nvidia-nccl and nvidia-cuda-runtime wheels torch %s brings), "
+                "and this Python has none: %s" % (torch.__version__, e)) from e
+        raise
+
+
+_check_torch()
+
 from kolo.torch.compression import Compression
 from kolo.torch.functions import (allgather_object, broadcast_object,
                                   broadcast_optimizer_state,

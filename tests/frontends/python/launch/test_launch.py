@@ -146,7 +146,7 @@ def test_under_mpirun(script):
 def test_wheel_installs_into_a_fresh_venv_and_runs_outside_the_tree(tmp_path):
     wheels = tmp_path / "wheels"
     r = run([os.path.join(REPO, "tools/build_wheel.sh"), str(wheels)],
-            timeout=1200)
+            timeout=1200, env=dict(os.environ, KOLO_PYTHON=PYTHON))
     assert r.returncode == 0, r.stdout + r.stderr
     built = list(wheels.glob("kolo-*.whl"))
     assert len(built) == 1, built
