@@ -14,7 +14,7 @@ with another build of the same torch (tools/test.sh's); KOLO_BAZEL_DISK_CACHE
 (optional) a disk cache shared by several (tools/build_wheel.sh's).
 
 The wheel this makes links Debian's libraries where they are; tools/
-build_wheel.sh makes it self-contained (tools/repair_wheel.py).
+build_wheel.sh makes it self-contained (tools/self_contained.py).
 """
 
 import os

@@ -17,7 +17,7 @@
 # kolo.libs/, its own copies of the libraries they need (gloo, protobuf,
 # abseil, ...) under names that cannot clash with another copy; it takes
 # torch, NCCL and the CUDA runtime from the torch it is installed next to
-# (tools/repair_wheel.py), and asks pip for that torch (torch==X.Y.*).
+# (tools/self_contained.py), and asks pip for that torch (torch==X.Y.*).
 # Installs what is missing first (tools/install_deps.sh, the repair tools'
 # venv from tools/wheel_tools.sh).
 set -euo pipefail
@@ -37,7 +37,7 @@ wheel() {
   local python=$1 raw
   raw=$(mktemp -d)
   "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$raw" . >&2
-  PATH="$tools_bin:$PATH" "$tools_bin/python" tools/repair_wheel.py \
+  PATH="$tools_bin:$PATH" "$tools_bin/python" tools/self_contained.py wheel \
     "$raw"/kolo-*.whl "$out"
   rm -rf "$raw"
 }

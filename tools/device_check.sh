@@ -178,16 +178,9 @@ prepare() {
     install -m 0755 "$bin/${path/://}" "$dir/bin/" || die "no binary for $t"
   done
 
-  # The wheel's extension: what it needs besides torch (the device venv's
-  # libraries, which the GPU machine's torch has too).
-  local extension_dir="" torch_site=""
-  if [ -n "$device_python" ] && ls "$dir"/wheel/kolo-*.whl >/dev/null 2>&1; then
-    extension_dir=$(mktemp -d)
-    (cd "$extension_dir" && python3 -m zipfile -e "$dir"/wheel/kolo-*.whl .) ||
-      die "cannot unpack the wheel"
-    torch_site=$("$device_python" -c 'import site; print(site.getsitepackages()[0])')
-    sources+=("$extension_dir"/kolo/_C*.so)
-  fi
+  # The wheel carries what its extension needs besides torch (kolo.libs/,
+  # tools/self_contained.py): nothing of it goes into lib/.
+  local torch_site=""
 
   # Shared libraries: ldd gives the whole closure, resolved as here (from
   # Bazel's outputs, whose RUNPATHs lead to Bazel's own libraries).
@@ -216,7 +209,6 @@ prepare() {
     install -D -m 0644 "$header" "$dir/include/$header"
   done
   install -m 0644 frontends/torch/*.cc "$dir/src/frontends/torch/"
-  [ -n "$extension_dir" ] && rm -rf "$extension_dir"
   install -m 0644 tests/device/CMakeLists.txt tests/device/torch_python_check.py \
     "$dir/project/"
   if [ -f tests/device/torch_cuda_check.cc ]; then

@@ -16,6 +16,8 @@ PACKAGES=(
   libtorch-dev dataset-fashion-mnist python3-torch cmake pkg-config zlib1g-dev
   # Python frontend (kolo.torch): its extension, tests and wheel install
   pybind11-dev python3-dev python3-pytest python3-venv python3-pip
+  # The wheel's test on a clean system (tests/packaging/clean_system.sh)
+  debootstrap
   # Launching under other engines and over ssh (tests use network namespaces)
   openmpi-bin openssh-server openssh-client
   # kolo_bench baselines and plots

@@ -243,6 +243,35 @@ else
 fi
 rm -rf "$t_out" "$t_log"
 
+# The self-contained wheel for the pinned PyPI torch (tools/build_wheel.sh,
+# from the torch 2.x output base above), installed with pip in a minimal
+# Debian root made by debootstrap (no compiler, no -dev package, no CUDA;
+# cached under ~/.cache/kolo/clean-root) and on this machine beside
+# Debian's libraries: mnist.py and a DDP script at 2 ranks, and what the
+# ranks mapped (tests/packaging/clean_system.sh).
+section "$label wheel on a clean system (debootstrap root) and beside Debian's libraries"
+w_out=$(mktemp -d)
+w_log=$(mktemp)
+if torch_python=$(tools/torch_env.sh) &&
+   KOLO_PYTHON="$torch_python" KOLO_BAZEL_OUTPUT_BASE="${t_base:-}" \
+     tools/build_wheel.sh "$w_out" > "$w_log" 2>&1; then
+  ls -l "$w_out"
+  timeout 1200 tests/packaging/clean_system.sh "$w_out"/kolo-*.whl 2>&1 |
+    tee "$w_log"
+  passed=$((passed + $(grep -c '^PASSED packaging/' "$w_log" || true)))
+  failed=$((failed + $(grep -c '^FAILED packaging/' "$w_log" || true)))
+  if ! grep -q '^PASSED packaging/other-torch/import' "$w_log" &&
+     ! grep -q '^FAILED packaging/other-torch/import' "$w_log"; then
+    echo "FAILED tests/packaging/clean_system.sh (it did not finish)"
+    failed=$((failed + 1))
+  fi
+else
+  tail -30 "$w_log"
+  echo "FAILED tools/build_wheel.sh (the wheel for torch $torch_version)"
+  failed=$((failed + 1))
+fi
+rm -rf "$w_out" "$w_log"
+
 section "end"
 printf '%s\n' "${timings[@]}" "$(printf '%5d s  in all' "$SECONDS")"
 if [ "$skipped" -gt 0 ]; then
