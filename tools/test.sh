@@ -243,21 +243,25 @@ else
 fi
 rm -rf "$t_out" "$t_log"
 
-# The self-contained wheel for the pinned PyPI torch (tools/build_wheel.sh,
-# from the torch 2.x output base above), installed with pip in a minimal
+# The self-contained wheel and C++ tarball for the pinned PyPI torch
+# (tools/build_wheel.sh, tools/install.sh --tarball, from the torch 2.x
+# output base above), the wheel installed with pip in a minimal
 # Debian root made by debootstrap (no compiler, no -dev package, no CUDA;
 # cached under ~/.cache/kolo/clean-root) and on this machine beside
 # Debian's libraries: mnist.py and a DDP script at 2 ranks, and what the
-# ranks mapped (tests/packaging/clean_system.sh).
+# ranks mapped; docs/torch.md's program built against the tarball there
+# (tests/packaging/clean_system.sh).
 section "$label wheel on a clean system (debootstrap root) and beside Debian's libraries"
 w_out=$(mktemp -d)
 w_log=$(mktemp)
 if torch_python=$(tools/torch_env.sh) &&
    KOLO_PYTHON="$torch_python" KOLO_BAZEL_OUTPUT_BASE="${t_base:-}" \
-     tools/build_wheel.sh "$w_out" > "$w_log" 2>&1; then
+     tools/build_wheel.sh "$w_out" > "$w_log" 2>&1 &&
+   KOLO_PYTHON="$torch_python" KOLO_BAZEL_OUTPUT_BASE="${t_base:-}" \
+     tools/install.sh --tarball "$w_out/kolo-cpp.tar.gz" >> "$w_log" 2>&1; then
   ls -l "$w_out"
-  timeout 1200 tests/packaging/clean_system.sh "$w_out"/kolo-*.whl 2>&1 |
-    tee "$w_log"
+  timeout 1200 tests/packaging/clean_system.sh "$w_out"/kolo-*.whl \
+    "$w_out/kolo-cpp.tar.gz" 2>&1 | tee "$w_log"
   passed=$((passed + $(grep -c '^PASSED packaging/' "$w_log" || true)))
   failed=$((failed + $(grep -c '^FAILED packaging/' "$w_log" || true)))
   if ! grep -q '^PASSED packaging/other-torch/import' "$w_log" &&
@@ -267,7 +271,7 @@ if torch_python=$(tools/torch_env.sh) &&
   fi
 else
   tail -30 "$w_log"
-  echo "FAILED tools/build_wheel.sh (the wheel for torch $torch_version)"
+  echo "FAILED tools/build_wheel.sh or tools/install.sh --tarball (torch $torch_version)"
   failed=$((failed + 1))
 fi
 rm -rf "$w_out" "$w_log"

@@ -2,7 +2,10 @@
 # kolo's wheel on a clean system, as a user installs it (root; outside
 # Bazel, like the multi-host tests):
 #
-#   tests/packaging/clean_system.sh WHEEL [PINS]
+#   tests/packaging/clean_system.sh WHEEL TARBALL
+#
+# WHEEL from tools/build_wheel.sh, TARBALL from tools/install.sh --tarball,
+# both for the PyPI torch pinned in tools/torch-versions.txt.
 #
 # 1. A minimal Debian 12 root (debootstrap --variant=minbase with python3
 #    and python3-venv: no compiler, no Bazel, no -dev package, no
@@ -11,8 +14,8 @@
 #    its files.
 # 2. In a fresh overlay of that root (in a mount namespace of its own, so
 #    that nothing outlives the test): a venv, `pip install` of the wheel,
-#    which brings PyPI's torch (PINS, default tools/torch-versions.txt, as
-#    constraints; pip's cache is shared with this machine's), and numpy
+#    which brings PyPI's torch (tools/torch-versions.txt as constraints;
+#    pip's cache is shared with this machine's), and numpy
 #    (the example reads the data set with it), then
 #    `kolorun -np 2 python mnist.py` on a small workload and a DDP script
 #    on the kolo backend, each rank copying its /proc/self/maps at the end.
@@ -20,6 +23,12 @@
 #    minimal root, and kolo's gloo, protobuf and abseil must be the wheel's
 #    copies (check_loaded.py); with LD_DEBUG=bindings, no gloo, protobuf or
 #    abseil name kolo looks up may be served by torch's own copies.
+#    Then the C++ tarball: with g++ and pkg-config from Debian's archive
+#    (apt's downloads kept in the cache), docs/torch.md's program
+#    (tests/frontends/torch/cmake_consumer/train.cc) is built against the
+#    tarball and the venv's LibTorch and trains at -np 2 under the
+#    tarball's kolorun; it may link nothing outside the tarball, the venv
+#    and the root.
 # 3. The same wheel on this machine, next to Debian's libgloo, libprotobuf,
 #    libabsl and /usr/local/cuda's NCCL (LD_LIBRARY_PATH pointing at them
 #    too): the same checks.
@@ -30,9 +39,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
-wheel=${1:?usage: $0 WHEEL [PINS]}
-wheel=$(readlink -f "$wheel")
-pins=$(readlink -f "${2:-tools/torch-versions.txt}")
+[ $# -eq 2 ] || { echo "usage: $0 WHEEL TARBALL" >&2; exit 2; }
+wheel=$(readlink -f "$1")
+tarball=$(readlink -f "$2")
+pins=$(readlink -f tools/torch-versions.txt)
 cache=${KOLO_CLEAN_ROOT:-$HOME/.cache/kolo/clean-root}
 base=$cache/bookworm-minbase
 status=0
@@ -115,11 +125,50 @@ if /venv/bin/python /kolo-test/check_loaded.py --base $out/base.files \
 else
   head -20 $out/loaded.log; result "FAILED loaded-only-wheel-and-torch"
 fi
-cat $out/loaded.log | tail -1
+tail -1 $out/loaded.log
+
+# The C++ tarball, with a compiler: only g++ and pkg-config are added.
+if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install \
+         -y -q --no-install-recommends g++ pkg-config; } > $out/apt.log 2>&1; then
+  tail -20 $out/apt.log; result "FAILED cpp-tarball: apt-get install g++ pkg-config"
+  exit 0
+fi
+mkdir -p /opt/kolo && tar -xzf /kolo-test/kolo-*.tar.gz -C /opt/kolo
+prefix=$(echo /opt/kolo/kolo-*)
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+flags=$(pkg-config --define-variable=torch_root=$site/torch --cflags --libs kolo)
+if ! g++ -O1 /kolo-test/train.cc $flags -o /tmp/train > $out/cpp-build.log 2>&1; then
+  tail -30 $out/cpp-build.log; result "FAILED cpp-tarball-build"
+  exit 0
+fi
+result "PASSED cpp-tarball-build"
+mkdir -p /tmp/data
+for f in /usr/share/datasets/fashion-mnist/*-ubyte.gz; do
+  gzip -dc $f > /tmp/data/$(basename $f .gz)
+done
+if $prefix/bin/kolorun -np 2 /tmp/train /tmp/data 1 /tmp/checkpoint 20 \
+     > $out/cpp-train.log 2>&1 &&
+   [ "$(grep -cE '^\[[01]\] rank [01] parameters ' $out/cpp-train.log)" -eq 2 ] &&
+   grep -qE '^\[0\] test accuracy [0-9.]+% of 10000$' $out/cpp-train.log; then
+  result "PASSED cpp-tarball-train-np2"
+else
+  tail -30 $out/cpp-train.log; result "FAILED cpp-tarball-train-np2"
+fi
+# What the program links: the tarball's, the venv's torch, the root's own.
+stray=""
+for lib in $(ldd /tmp/train | sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p'); do
+  real=$(readlink -f $lib)
+  case $real in $prefix/*|$site/*) continue ;; esac
+  grep -qxF "$real" $out/base.files || stray="$stray $real"
+done
+if ldd /tmp/train | grep -q 'not found'; then stray="$stray (a library not found)"; fi
+if [ -z "$stray" ]; then result "PASSED cpp-tarball-links-only-its-own"; else
+  echo "linked from outside:$stray"; result "FAILED cpp-tarball-links-only-its-own"; fi
 EOF
 
 mkdir -p "$work/upper/kolo-test/out" "$work/upper/etc"
-cp "$wheel" "$work/upper/kolo-test/"
+cp "$wheel" "$tarball" "$work/upper/kolo-test/"
+cp tests/frontends/torch/cmake_consumer/train.cc "$work/upper/kolo-test/"
 cp "$pins" "$work/upper/kolo-test/pins.txt"
 cp frontends/python/examples/mnist.py tests/packaging/ddp_train.py \
   tests/packaging/with_maps.py tests/packaging/check_loaded.py \
@@ -130,13 +179,13 @@ cp /etc/resolv.conf "$work/upper/etc/resolv.conf"
 # with a certificate of its own).
 mkdir -p "$work/upper/etc/ssl/certs"
 cp /etc/ssl/certs/ca-certificates.crt "$work/upper/etc/ssl/certs/"
-mkdir -p "$HOME/.cache/pip"
+mkdir -p "$HOME/.cache/pip" "$cache/apt-archives/partial"
 
 # 2. Inside the root, in a mount namespace that takes every mount with it.
 echo "clean_system: installing and running the wheel in a fresh copy of $base"
 unshare --mount --propagation private /bin/bash -c '
   set -e
-  base=$1 work=$2 pipcache=$3
+  base=$1 work=$2 pipcache=$3 aptcache=$4
   mount -t overlay overlay -o "lowerdir=$base,upperdir=$work/upper,workdir=$work/overlay-work" "$work/root"
   r=$work/root
   mount -t proc proc "$r/proc"
@@ -145,10 +194,11 @@ unshare --mount --propagation private /bin/bash -c '
   mount -t sysfs sysfs "$r/sys"
   mkdir -p "$r/root/.cache/pip" "$r/usr/share/datasets/fashion-mnist"
   mount --bind "$pipcache" "$r/root/.cache/pip"
+  mount --bind "$aptcache" "$r/var/cache/apt/archives"
   mount --bind -o ro /usr/share/datasets/fashion-mnist "$r/usr/share/datasets/fashion-mnist"
   exec chroot "$r" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root \
     /bin/bash /kolo-test/inside.sh
-' clean-root "$base" "$work" "$HOME/.cache/pip"
+' clean-root "$base" "$work" "$HOME/.cache/pip" "$cache/apt-archives"
 results="$work/upper/kolo-test/out/results"
 if [ ! -s "$results" ]; then
   fail clean-root "the run in the root left no results"
@@ -218,7 +268,8 @@ fi
 # uses allow exactly the platform tag in its name.
 tag=$(basename "$wheel" .whl | sed 's/.*-//')
 if tools_bin=$(tools/wheel_tools.sh) &&
-   sym_tag=$("$tools_bin/auditwheel" show --json "$wheel" 2>/dev/null |
+   sym_tag=$(mkdir -p "$work/no-libraries" &&
+             "$tools_bin/auditwheel" show --json --ldpaths "$work/no-libraries" "$wheel" 2>/dev/null |
              "$tools_bin/python" -c 'import json, sys; print(json.load(sys.stdin)["sym_tag"])') &&
    [ "$sym_tag" = "$tag" ] && [ "${tag#manylinux_}" != "$tag" ]; then
   pass auditwheel-tag
