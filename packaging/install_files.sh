@@ -102,38 +102,39 @@ for name in $TORCH_LIBS; do
   cmake_libs="$cmake_libs;$TORCH_LIBDIR/lib$name.so"
   torch_libs="$torch_libs -l$name"
 done
-# With a CUDA torch, libkolo.so needs its CUDA libraries too: the program
-# needs them itself (kept by --no-as-needed), so that they load from its
-# run path (libkolo.so's names no torch: it may be moved).
-if [ -f "$TORCH_LIBDIR/libtorch_cuda.so" ]; then
-  cmake_libs="$cmake_libs;-Wl,--push-state,--no-as-needed"
-  torch_libs="$torch_libs -Wl,--push-state,--no-as-needed"
-  for name in torch_cuda c10_cuda; do
-    cmake_libs="$cmake_libs;$TORCH_LIBDIR/lib$name.so"
-    torch_libs="$torch_libs -l$name"
-  done
-  cmake_libs="$cmake_libs;-Wl,--pop-state"
-  torch_libs="$torch_libs -Wl,--pop-state"
-fi
 # A CUDA wheel's torch loads the NCCL of its nvidia-nccl package and the
 # CUDA runtime of its nvidia-cuda-runtime package, and libkolo.so (built
-# with the system's) needs libnccl.so.2 and libcudart.so too. The program
-# itself needs torch's (kept by --no-as-needed, with their folders in the
-# program's run path): the loader maps a program's own dependencies before
-# those of its libraries, so the one libnccl.so.2 and libcudart of the
-# process are the ones torch was built with, at link time and at run time.
+# with the system's) needs libnccl.so.2 and libcudart.so too, and torch's
+# CUDA libraries. The program itself needs all of them (one --no-as-needed
+# group, first, with their folders in the program's run path; CMake would
+# merge two groups' flags): the loader maps a program's own dependencies
+# before those of its libraries, so the one libnccl.so.2 and libcudart of
+# the process are the ones torch was built with, at link time and at run
+# time, and libkolo.so, which names no torch folder, finds torch's CUDA
+# libraries loaded (it may be moved).
+own=()
 if [ -n "${TORCH_NCCL:-}" ]; then
   nvidia=$(dirname "$(dirname "$(dirname "$TORCH_NCCL")")")
+  own+=("$TORCH_NCCL")
   for cudart in "$nvidia"/cu[0-9]*/lib/libcudart.so.* \
     "$nvidia"/cuda_runtime/lib/libcudart.so.*; do
-    [ -f "$cudart" ] && break
+    if [ -f "$cudart" ]; then own+=("$cudart"); break; fi
   done
-  for runtime in "$TORCH_NCCL" "$cudart"; do
-    [ -f "$runtime" ] || continue
-    link="-Wl,--push-state,--no-as-needed;$runtime;-Wl,--pop-state"
-    cmake_libs=";$link$cmake_libs"
-    torch_libs="-Wl,-rpath,$(dirname "$runtime") ${link//;/ } $torch_libs"
+fi
+for name in torch_cuda c10_cuda; do
+  [ ! -f "$TORCH_LIBDIR/lib$name.so" ] || own+=("$TORCH_LIBDIR/lib$name.so")
+done
+if [ ${#own[@]} -gt 0 ]; then
+  group="-Wl,--push-state,--no-as-needed"
+  rpaths=""
+  for lib in "${own[@]}"; do
+    group="$group;$lib"
+    case " $rpaths " in *" -Wl,-rpath,$(dirname "$lib") "*) ;;
+      *) rpaths="$rpaths -Wl,-rpath,$(dirname "$lib")" ;; esac
   done
+  group="$group;-Wl,--pop-state"
+  cmake_libs=";$group$cmake_libs"
+  torch_libs="${rpaths# } ${group//;/ } $torch_libs"
 fi
 # A CUDA wheel's libtorch_cuda.so finds the nvidia-* wheels' libraries by
 # run paths relative to itself ($ORIGIN/../../nvidia/.../lib); the linker

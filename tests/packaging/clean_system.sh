@@ -23,12 +23,12 @@
 #    minimal root, and kolo's gloo, protobuf and abseil must be the wheel's
 #    copies (check_loaded.py); with LD_DEBUG=bindings, no gloo, protobuf or
 #    abseil name kolo looks up may be served by torch's own copies.
-#    Then the C++ tarball: with g++ and pkg-config from Debian's archive
-#    (apt's downloads kept in the cache), docs/torch.md's program
-#    (tests/frontends/torch/cmake_consumer/train.cc) is built against the
-#    tarball and the venv's LibTorch and trains at -np 2 under the
-#    tarball's kolorun; it may link nothing outside the tarball, the venv
-#    and the root.
+#    Then the C++ tarball: with g++, pkg-config and CMake from Debian's
+#    archive (apt's downloads kept in the cache), docs/torch.md's program
+#    (tests/frontends/torch/cmake_consumer) is built against the tarball
+#    and the venv's LibTorch with pkg-config and with CMake; the first
+#    trains at -np 2 under the tarball's kolorun; neither may link anything
+#    outside the tarball, the venv and the root.
 # 3. The same wheel on this machine, next to Debian's libgloo, libprotobuf,
 #    libabsl and /usr/local/cuda's NCCL (LD_LIBRARY_PATH pointing at them
 #    too): the same checks.
@@ -129,8 +129,8 @@ tail -1 $out/loaded.log
 
 # The C++ tarball, with a compiler: only g++ and pkg-config are added.
 if ! { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install \
-         -y -q --no-install-recommends g++ pkg-config; } > $out/apt.log 2>&1; then
-  tail -20 $out/apt.log; result "FAILED cpp-tarball: apt-get install g++ pkg-config"
+         -y -q --no-install-recommends g++ pkg-config cmake make; } > $out/apt.log 2>&1; then
+  tail -20 $out/apt.log; result "FAILED cpp-tarball: apt-get install g++ pkg-config cmake"
   exit 0
 fi
 mkdir -p /opt/kolo && tar -xzf /kolo-test/kolo-*.tar.gz -C /opt/kolo
@@ -139,6 +139,12 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 flags=$(pkg-config --define-variable=torch_root=$site/torch --cflags --libs kolo)
 if ! g++ -O1 /kolo-test/train.cc $flags -o /tmp/train > $out/cpp-build.log 2>&1; then
   tail -30 $out/cpp-build.log; result "FAILED cpp-tarball-build"
+  exit 0
+fi
+if ! { cmake -S /kolo-test/cmake_consumer -B /tmp/build -DCMAKE_PREFIX_PATH=$prefix \
+         -Dkolo_TORCH_ROOT=$site/torch -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build /tmp/build -j 2; } > $out/cpp-cmake.log 2>&1; then
+  tail -30 $out/cpp-cmake.log; result "FAILED cpp-tarball-build"
   exit 0
 fi
 result "PASSED cpp-tarball-build"
@@ -156,12 +162,14 @@ else
 fi
 # What the program links: the tarball's, the venv's torch, the root's own.
 stray=""
-for lib in $(ldd /tmp/train | sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p'); do
-  real=$(readlink -f $lib)
-  case $real in $prefix/*|$site/*) continue ;; esac
-  grep -qxF "$real" $out/base.files || stray="$stray $real"
+for program in /tmp/train /tmp/build/train; do
+  for lib in $(ldd $program | sed -n 's/.*=> \(\/[^ ]*\) (0x.*/\1/p'); do
+    real=$(readlink -f $lib)
+    case $real in $prefix/*|$site/*) continue ;; esac
+    grep -qxF "$real" $out/base.files || stray="$stray $real"
+  done
+  if ldd $program | grep -q 'not found'; then stray="$stray ($program: a library not found)"; fi
 done
-if ldd /tmp/train | grep -q 'not found'; then stray="$stray (a library not found)"; fi
 if [ -z "$stray" ]; then result "PASSED cpp-tarball-links-only-its-own"; else
   echo "linked from outside:$stray"; result "FAILED cpp-tarball-links-only-its-own"; fi
 EOF
@@ -169,6 +177,7 @@ EOF
 mkdir -p "$work/upper/kolo-test/out" "$work/upper/etc"
 cp "$wheel" "$tarball" "$work/upper/kolo-test/"
 cp tests/frontends/torch/cmake_consumer/train.cc "$work/upper/kolo-test/"
+cp -r tests/frontends/torch/cmake_consumer "$work/upper/kolo-test/"
 cp "$pins" "$work/upper/kolo-test/pins.txt"
 cp frontends/python/examples/mnist.py tests/packaging/ddp_train.py \
   tests/packaging/with_maps.py tests/packaging/check_loaded.py \
