@@ -8,7 +8,9 @@
 # each Python it supports that this machine has (Debian's 3.11, and
 # pyenv's or /usr/bin's 3.12, 3.13, 3.14 where they are), and the GPU
 # machine's torch (tools/torch-device.txt, Python 3.12); each in its venv
-# from tools/torch_env.sh. A Python the machine lacks is named and skipped.
+# from tools/torch_env.sh, into OUTDIR/torchX.Y/ (two torches' wheels for
+# one Python have the same name). A Python the machine lacks is named and
+# skipped.
 #
 # Each wheel, kolo-VERSION-cp3XX-cp3XX-manylinux_2_NN_x86_64.whl, holds the
 # package's Python sources, its extension (kolo/_C: kolo's runtime,
@@ -30,15 +32,15 @@ cd "$(dirname "$0")/.."
 tools/install_deps.sh
 tools_bin=$(tools/wheel_tools.sh)
 
-# wheel PYTHON: builds kolo for PYTHON's torch (setup.py; Bazel's output
-# base is KOLO_BAZEL_OUTPUT_BASE's where it is set), then makes it
-# self-contained into OUTDIR.
+# wheel PYTHON [DIR]: builds kolo for PYTHON's torch (setup.py; Bazel's
+# output base is KOLO_BAZEL_OUTPUT_BASE's where it is set), then makes it
+# self-contained into DIR (default OUTDIR).
 wheel() {
-  local python=$1 raw
+  local python=$1 dir=${2:-$out} raw
   raw=$(mktemp -d)
   "$python" -m pip wheel -q --no-build-isolation --no-deps -w "$raw" . >&2
   PATH="$tools_bin:$PATH" "$tools_bin/python" tools/self_contained.py wheel \
-    "$raw"/kolo-*.whl "$out"
+    "$raw"/kolo-*.whl "$dir"
   rm -rf "$raw"
 }
 
@@ -56,6 +58,7 @@ output_base() {
 
 export KOLO_BAZEL_DISK_CACHE=$HOME/.cache/kolo/bazel-disk-cache
 missing=()
+pinned=torch$(sed -n 's/^torch==\([0-9]*\.[0-9]*\).*/\1/p' tools/torch-versions.txt)
 debian=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 for py in 3.11 3.12 3.13 3.14; do
   if [ "$py" = "$debian" ]; then
@@ -64,10 +67,11 @@ for py in 3.11 3.12 3.13 3.14; do
     missing+=("torch-versions.txt on Python $py")
     continue
   fi
-  KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python"
+  KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python" "$out/$pinned"
 done
 python=$(tools/torch_env.sh tools/torch-device.txt)
-KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python"
+KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python" \
+  "$out/torch$(sed -n 's/^torch==\([0-9]*\.[0-9]*\).*/\1/p' tools/torch-device.txt)"
 for m in "${missing[@]}"; do
   echo "build_wheel.sh: not built: $m (no such Python with its headers here)" >&2
 done
