@@ -127,12 +127,9 @@ def graft(programs, libs):
         # Renamed where they are (--replace-needed renames the symbol
         # version requirements too), then moved first: --add-needed puts
         # its names at the head of the list.
-        for option, names in (("--replace-needed", None),
-                              ("--remove-needed", mine), ("--add-needed", mine)):
-            args = []
-            for s in mine:
-                args += [option, s, copies[s]] if names is None else [option, copies[s]]
-            run("patchelf", *args, f)
+        run("patchelf", *[a for s in mine for a in ("--replace-needed", s, copies[s])], f)
+        run("patchelf", *[a for s in mine for a in ("--remove-needed", copies[s])], f)
+        run("patchelf", *[a for s in mine for a in ("--add-needed", copies[s])], f)
     for f in programs:
         stray = [s for s in needed(f) if not (
             s in copies.values() or SYSTEM.match(s) or FROM_TORCH.match(s))]
