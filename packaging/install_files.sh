@@ -10,8 +10,9 @@
 #     --torch TORCH_ENV --root DIR [--relocatable CMD] PREFIX
 #
 # --relocatable CMD (tools/install.sh --tarball): a tree to move to another
-# machine. CMD (tools/self_contained.py tree) copies the libraries kolo
-# needs besides the C/C++ runtime and torch into PREFIX/lib/kolo.libs/
+# machine. CMD (tools/self_contained.py tree) copies the libraries that the
+# two libraries and any program already in PREFIX/bin/ need besides the
+# C/C++ runtime and torch into PREFIX/lib/kolo.libs/
 # under hashed names; abseil's headers come along (kolo's headers include
 # them); the .pc files find the prefix from their own place, and torch by
 # a variable, torch_root (pkg-config --define-variable=torch_root=DIR; CMake:
@@ -77,8 +78,10 @@ install -m 0644 "$root"/frontends/torch/include/kolo/torch/*.h \
 cmake_abseil="absl::status;absl::statusor;absl::time" pc_requires="absl_status absl_statusor absl_time"
 pc_abseil="" cmake_find_abseil="find_dependency(absl)"
 if [ -n "$relocatable" ]; then
+  programs=()
+  [ ! -d "$prefix/bin" ] || programs=("$prefix"/bin/*)
   $relocatable "$prefix/lib" "$prefix/lib/libkolo.so.$VERSION" \
-    "$prefix/lib/libkolo_core.so.$VERSION"
+    "$prefix/lib/libkolo_core.so.$VERSION" "${programs[@]}"
   cp -r /usr/include/absl "$prefix/include/absl"
   cmake_abseil="" pc_requires="" cmake_find_abseil=""
   for copy in $(cd "$prefix/lib/kolo.libs" && ls libabsl_*); do

@@ -56,9 +56,11 @@ output_base() {
     md5sum | cut -c1-8)"
 }
 
+# torchX.Y of a pins file.
+minor() { echo "torch$(sed -n 's/^torch==\([0-9]*\.[0-9]*\).*/\1/p' "$1")"; }
+
 export KOLO_BAZEL_DISK_CACHE=$HOME/.cache/kolo/bazel-disk-cache
 missing=()
-pinned=torch$(sed -n 's/^torch==\([0-9]*\.[0-9]*\).*/\1/p' tools/torch-versions.txt)
 debian=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 for py in 3.11 3.12 3.13 3.14; do
   if [ "$py" = "$debian" ]; then
@@ -67,11 +69,11 @@ for py in 3.11 3.12 3.13 3.14; do
     missing+=("torch-versions.txt on Python $py")
     continue
   fi
-  KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python" "$out/$pinned"
+  KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python" "$out/$(minor tools/torch-versions.txt)"
 done
 python=$(tools/torch_env.sh tools/torch-device.txt)
 KOLO_BAZEL_OUTPUT_BASE=$(output_base "$python") wheel "$python" \
-  "$out/torch$(sed -n 's/^torch==\([0-9]*\.[0-9]*\).*/\1/p' tools/torch-device.txt)"
+  "$out/$(minor tools/torch-device.txt)"
 for m in "${missing[@]}"; do
   echo "build_wheel.sh: not built: $m (no such Python with its headers here)" >&2
 done

@@ -41,18 +41,20 @@ prefix=${1:-}
 [ -z "$tarball" ] || tarball=$(cd "$(dirname "$tarball")" && pwd)/$(basename "$tarball")
 cd "$(dirname "$0")/.."
 
-bazel=(bazel)
+bazel=(bazel) flags=()
 if [ -n "$tarball" ]; then
   export KOLO_PYTHON=${KOLO_PYTHON:-$(tools/torch_env.sh)}
   [ -z "${KOLO_BAZEL_OUTPUT_BASE:-}" ] ||
     bazel+=(--output_base="$KOLO_BAZEL_OUTPUT_BASE")
+  # No bazel-* links: the tree's bazel-bin stays the build it was.
+  flags+=(--symlink_prefix=/)
 fi
-"${bazel[@]}" build //packaging:kolo //packaging:kolo_core \
+"${bazel[@]}" build "${flags[@]}" //packaging:kolo //packaging:kolo_core \
   //tools/kolorun:kolorun //tools/kolorun:kolo_rank_guard >&2
 bin=$("${bazel[@]}" info bazel-bin 2>/dev/null)
+torch_env="$("${bazel[@]}" info output_base 2>/dev/null)/external/torch/install.env"
 args=(--lib "$bin/packaging/libkolo.so" --core-lib "$bin/packaging/libkolo_core.so"
-      --torch "$("${bazel[@]}" info output_base 2>/dev/null)/external/torch/install.env"
-      --root .)
+      --torch "$torch_env" --root .)
 if [ -z "$tarball" ]; then
   exec packaging/install_files.sh "${args[@]}" "$prefix"
 fi
@@ -60,16 +62,15 @@ fi
 tools_bin=$(tools/wheel_tools.sh)
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
-torch_minor=$(sed -n "s/^TORCH_VERSION='\([0-9]*\.[0-9]*\).*/\1/p" "${args[5]}")
+torch_minor=$(sed -n "s/^TORCH_VERSION='\([0-9]*\.[0-9]*\).*/\1/p" "$torch_env")
 name=kolo-$(sed -n 's/^VERSION=//p' packaging/install_files.sh)-torch$torch_minor-x86_64
 install -d "$stage/$name/bin"
 install -m 0755 "$bin/tools/kolorun/kolorun" "$bin/tools/kolorun/kolo_rank_guard" \
   "$stage/$name/bin/"
-# The programs in bin/ get the same copies (self_contained.py tree).
-relocate="env PATH=$tools_bin:$PATH $tools_bin/python tools/self_contained.py tree"
-packaging/install_files.sh "${args[@]}" \
-  --relocatable "$relocate" "$stage/$name" >&2
-$relocate "$stage/$name/lib" "$stage/$name/bin/kolorun" \
-  "$stage/$name/bin/kolo_rank_guard"
+# install_files.sh makes the libraries and the programs in bin/
+# self-contained in one pass (self_contained.py tree).
+packaging/install_files.sh "${args[@]}" --relocatable \
+  "env PATH=$tools_bin:$PATH $tools_bin/python tools/self_contained.py tree" \
+  "$stage/$name" >&2
 tar -czf "$tarball" -C "$stage" "$name"
 echo "$tarball"
