@@ -225,6 +225,17 @@ if torch_python=$(tools/torch_env.sh); then
   timeout 1200 /usr/bin/python3 -m pytest -p no:cacheprovider -q \
     --junitxml="$t_out/np1-rank0.xml" tests/frontends/python/launch 2>&1 |
     tail -5
+  # PyTorch's own backend suite (DistributedTest._DistTestBase of this
+  # torch) on the kolo backend at 2 ranks, two shards side by side: one line,
+  # PASSED or FAILED python/$label/torch-suite-np2.
+  PYTHONPATH="$KOLO_BIN/frontends/python/site" timeout 1200 \
+    "$torch_python" tests/frontends/python/torch_suite/run_suite.py \
+    --world-size 2 --shards 2 --label "$label/torch-suite-np2" \
+    --out "$t_out/torch-suite" 2>&1 | tail -25 | tee -a "$t_log"
+  if ! grep -qE "^(PASSED|FAILED) python/$label/torch-suite-np2 " "$t_log"; then
+    echo "FAILED python/$label/torch-suite-np2 (the driver wrote no result)"
+    failed=$((failed + 1))
+  fi
   unset KOLO_PYTHON KOLO_BIN
   /usr/bin/python3 tests/frontends/python/summarize.py "$t_out" 1 \
     "$label/launch" 2>&1 | tee -a "$t_log"

@@ -53,11 +53,15 @@ if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$venvs"
   "$python" -m venv "$venv" >&2
 fi
+# expecttest where the pins name it: torch's own test suite imports it
+# (tests/frontends/python/torch_suite).
+packages=(torch pytest numpy)
+grep -q '^expecttest==' "$pins" && packages+=(expecttest)
 # Quiet when everything is there already.
 if ! "$venv/bin/python" -c "
-import sys, torch, pytest, numpy
+import sys, torch, $(IFS=,; echo "${packages[*]:1}")
 sys.exit(torch.__version__.split('+')[0] != '$version')" 2>/dev/null; then
   echo "torch_env.sh: installing torch $version into $venv" >&2
-  "$venv/bin/pip" install -q -c "$pins" torch pytest numpy >&2
+  "$venv/bin/pip" install -q -c "$pins" "${packages[@]}" >&2
 fi
 echo "$venv/bin/python"

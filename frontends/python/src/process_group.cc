@@ -5,10 +5,14 @@
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {
@@ -46,22 +50,48 @@ const char* OpName(c10d::ReduceOp::RedOpType op) {
   }
 }
 
-kolo::ReduceOp ToKolo(const c10d::ReduceOp& op, const char* collective) {
+// A torch reduction as kolo's: the op, and the factor every input is
+// multiplied by first (PREMUL_SUM: FSDP2's gradient divide factor).
+struct Reduction {
+  kolo::ReduceOp op;
+  double prescale = 1.0;
+};
+
+Reduction ToKolo(const c10d::ReduceOp& op, const char* collective) {
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
-      return kolo::ReduceOp::kSum;
+      return {kolo::ReduceOp::kSum};
     case c10d::ReduceOp::AVG:
-      return kolo::ReduceOp::kAverage;
+      return {kolo::ReduceOp::kAverage};
     case c10d::ReduceOp::PRODUCT:
-      return kolo::ReduceOp::kProduct;
+      return {kolo::ReduceOp::kProduct};
     case c10d::ReduceOp::MIN:
-      return kolo::ReduceOp::kMin;
+      return {kolo::ReduceOp::kMin};
     case c10d::ReduceOp::MAX:
-      return kolo::ReduceOp::kMax;
+      return {kolo::ReduceOp::kMax};
+    case c10d::ReduceOp::PREMUL_SUM: {
+      // The sum of factor * input_r: kolo's prescale (floating point only).
+      const auto* factor = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(
+          op.supplement_.get());
+      if (factor == nullptr) {
+        Refuse(
+            absl::StrCat(collective, " with ReduceOp.PREMUL_SUM: no factor"));
+      }
+#if TORCH_VERSION_MAJOR >= 2
+      const at::Tensor tensor = factor->tensor_factor;
+#else
+      const at::Tensor tensor = factor->tensor_factors.empty()
+                                    ? at::Tensor()
+                                    : factor->tensor_factors[0];
+#endif
+      return {kolo::ReduceOp::kSum, tensor.defined()
+                                        ? tensor.to(at::kCPU).item<double>()
+                                        : factor->double_factor};
+    }
     default:
       Refuse(absl::StrCat(collective, " with ReduceOp.", OpName(op.op_),
-                          " is not supported (SUM, AVG, PRODUCT, MIN and MAX "
-                          "are)"));
+                          " is not supported (SUM, AVG, PRODUCT, MIN, MAX and "
+                          "PREMUL_SUM are)"));
   }
 }
 
@@ -348,11 +378,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   at::Tensor t = One(tensors, "allreduce");
-  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "allreduce");
+  const Reduction op = ToKolo(opts.reduceOp, "allreduce");
   const std::string name = NextName();
-  Handle h = context_->allreduce_async_(
-      t, AllreduceOptions().name(name).op(op).process_set(set_).timeout(
-             Timeout(opts.timeout)));
+  Handle h = context_->allreduce_async_(t, AllreduceOptions()
+                                               .name(name)
+                                               .op(op.op)
+                                               .prescale(op.prescale)
+                                               .process_set(set_)
+                                               .timeout(Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::ALLREDUCE, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};
@@ -363,13 +396,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce_coalesced(
     std::vector<at::Tensor>& tensors,
     const c10d::AllreduceCoalescedOptions& opts) {
   if (tensors.empty()) Refuse("allreduce_coalesced needs at least one tensor");
-  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "allreduce_coalesced");
+  const Reduction op = ToKolo(opts.reduceOp, "allreduce_coalesced");
   const std::string name = NextName();
   // One negotiation and one fused collective for the whole list.
   Handle h = context_->grouped_allreduce_async_(
-      tensors,
-      GroupedAllreduceOptions().name(name).op(op).process_set(set_).timeout(
-          Timeout(opts.timeout)));
+      tensors, GroupedAllreduceOptions()
+                   .name(name)
+                   .op(op.op)
+                   .prescale(op.prescale)
+                   .process_set(set_)
+                   .timeout(Timeout(opts.timeout)));
   std::vector<at::Tensor> outputs = tensors;
   return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, name, {h}, [h, outputs] {
     h.wait_all();
@@ -382,16 +418,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce(
     std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   at::Tensor t = One(tensors, "reduce");
-  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "reduce");
+  const Reduction op = ToKolo(opts.reduceOp, "reduce");
   if (opts.rootRank < 0 || opts.rootRank >= getSize()) {
     Refuse(absl::StrCat("reduce: root ", opts.rootRank,
                         " is not a rank of the group (size ", getSize(), ")"));
   }
   const bool root = opts.rootRank == getRank();
   const std::string name = NextName();
-  AllreduceOptions options =
-      AllreduceOptions().name(name).op(op).process_set(set_).timeout(
-          Timeout(opts.timeout));
+  AllreduceOptions options = AllreduceOptions()
+                                 .name(name)
+                                 .op(op.op)
+                                 .prescale(op.prescale)
+                                 .process_set(set_)
+                                 .timeout(Timeout(opts.timeout));
   Handle h = root ? context_->allreduce_async_(t, options)
                   : context_->allreduce_async(t, options);
   return Enqueue(c10d::OpType::REDUCE, name, {h}, [h, t] {
@@ -436,15 +475,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_allgather_base(
   });
 }
 
+// torch's layout (its docstring, ProcessGroupGloo): outputs[r][i] receives
+// rank r's inputs[i].
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs,
     std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
-  if (outputs.size() != inputs.size()) {
-    Refuse(absl::StrCat("allgather_coalesced: ", outputs.size(),
-                        " output lists for ", inputs.size(), " inputs"));
+  const char* what = "allgather_coalesced";
+  if (static_cast<int>(outputs.size()) != getSize()) {
+    Refuse(absl::StrCat(what, ": ", outputs.size(),
+                        " output lists, the group has ", getSize(),
+                        " ranks (one list per rank)"));
   }
   for (const auto& list : outputs) {
-    CheckCount(list, getSize(), "allgather_coalesced", "an output list");
+    CheckCount(list, static_cast<int>(inputs.size()), what,
+               "an output list (one tensor per input)");
   }
   const std::string name = NextName();
   std::vector<Handle> handles;
@@ -457,14 +501,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allgather_coalesced(
   }
   std::vector<std::vector<at::Tensor>> out = outputs;
   return Enqueue(c10d::OpType::ALLGATHER_COALESCED, name, handles,
-                 [handles, out]() mutable {
+                 [handles, out, what]() mutable {
                    std::vector<at::Tensor> all;
                    for (size_t i = 0; i < handles.size(); ++i) {
                      at::Tensor rows = handles[i].wait();
-                     for (size_t r = 0; r < out[i].size(); ++r) {
-                       CopyInto(out[i][r], rows[r], "allgather_coalesced");
-                       all.push_back(out[i][r]);
+                     for (size_t r = 0; r < out.size(); ++r) {
+                       CopyInto(out[r][i], rows[r], what);
                      }
+                   }
+                   for (const auto& list : out) {
+                     all.insert(all.end(), list.begin(), list.end());
                    }
                    return all;
                  });
@@ -549,7 +595,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter(
   at::Tensor out = One(outputs, "reduce_scatter");
   std::vector<at::Tensor> list = OneList(inputs, "reduce_scatter");
   CheckCount(list, getSize(), "reduce_scatter", "the input list");
-  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "reduce_scatter");
+  const Reduction op = ToKolo(opts.reduceOp, "reduce_scatter");
   std::vector<at::Tensor> rows;
   for (const at::Tensor& t : list) {
     if (t.numel() != out.numel()) {
@@ -560,10 +606,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter(
   }
   const std::string name = NextName();
   // One row per rank: rank r's share is row r of the reduction.
-  Handle h = context_->reducescatter_async(
-      at::cat(rows),
-      ReducescatterOptions().name(name).op(op).process_set(set_).timeout(
-          Timeout(opts.timeout)));
+  Handle h = context_->reducescatter_async(at::cat(rows),
+                                           ReducescatterOptions()
+                                               .name(name)
+                                               .op(op.op)
+                                               .prescale(op.prescale)
+                                               .process_set(set_)
+                                               .timeout(Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::REDUCE_SCATTER, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "reduce_scatter");
     return std::vector<at::Tensor>{out};
@@ -577,12 +626,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
     Refuse(absl::StrCat("_reduce_scatter_base: the input holds ", input.numel(),
                         " elements, not ", getSize(), " x ", output.numel()));
   }
-  const kolo::ReduceOp op = ToKolo(opts.reduceOp, "_reduce_scatter_base");
+  const Reduction op = ToKolo(opts.reduceOp, "_reduce_scatter_base");
   const std::string name = NextName();
-  Handle h = context_->reducescatter_async(
-      input.reshape({getSize(), output.numel()}),
-      ReducescatterOptions().name(name).op(op).process_set(set_).timeout(
-          Timeout(opts.timeout)));
+  Handle h =
+      context_->reducescatter_async(input.reshape({getSize(), output.numel()}),
+                                    ReducescatterOptions()
+                                        .name(name)
+                                        .op(op.op)
+                                        .prescale(op.prescale)
+                                        .process_set(set_)
+                                        .timeout(Timeout(opts.timeout)));
   at::Tensor out = output;
   return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, {h},
                  [h, out]() mutable {
@@ -642,7 +695,7 @@ ProcessGroupKolo::reduce_scatter_tensor_coalesced(
                           outputs[i].numel()));
     }
   }
-  const kolo::ReduceOp op = ToKolo(opts.reduceOp, what);
+  const Reduction op = ToKolo(opts.reduceOp, what);
   const std::string name = NextName();
   std::vector<Handle> handles;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -650,7 +703,8 @@ ProcessGroupKolo::reduce_scatter_tensor_coalesced(
         inputs[i].reshape({getSize(), outputs[i].numel()}),
         ReducescatterOptions()
             .name(absl::StrCat(name, ".", i))
-            .op(op)
+            .op(op.op)
+            .prescale(op.prescale)
             .process_set(set_)
             .timeout(Timeout(opts.timeout))));
   }
@@ -766,6 +820,66 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::barrier(
     h.wait();
     return std::vector<at::Tensor>{};
   });
+}
+
+void ProcessGroupKolo::monitoredBarrier(const c10d::BarrierOptions& opts,
+                                        bool wait_all_ranks) {
+  const std::chrono::milliseconds timeout = Timeout(opts.timeout);
+  if (timeout.count() == 0 && getRank() == 0) {
+    // kolo would read 0 as its default timeout; gloo's rank 0 gives up.
+    Refuse(absl::StrCat("Rank 0 timed out in monitoredBarrier after 0 ms"));
+  }
+  c10d::BarrierOptions options = opts;
+  options.timeout = timeout;
+  c10::intrusive_ptr<c10d::Work> work = barrier(options);
+  try {
+    work->wait();
+    return;
+  } catch (const std::exception& e) {
+    // kolo's error names the job ranks that did not submit the barrier
+    // ("waiting for rank 2 to submit it", "ranks 1, 2"): as group ranks.
+    const std::string text = e.what();
+    std::vector<int> missing;
+    const std::string marker = "waiting for rank";
+    size_t at = text.find(marker);
+    if (at != std::string::npos) {
+      at += marker.size();
+      if (at < text.size() && text[at] == 's') ++at;
+      const size_t end = text.find(" to submit it", at);
+      std::vector<int> group_ranks;
+      if (set_ != kGlobalProcessSet) {
+        group_ranks = context_->process_set_ranks(set_);
+      }
+      for (absl::string_view part : absl::StrSplit(
+               text.substr(at, end == std::string::npos ? 0 : end - at), ',')) {
+        int job_rank = 0;
+        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &job_rank)) {
+          continue;
+        }
+        if (group_ranks.empty()) {
+          missing.push_back(job_rank);
+        } else {
+          for (size_t g = 0; g < group_ranks.size(); ++g) {
+            if (group_ranks[g] == job_rank) missing.push_back(g);
+          }
+        }
+      }
+    }
+    if (getRank() != 0) {
+      Refuse(absl::StrCat(
+          "Rank ", getRank(),
+          " successfully reached monitoredBarrier, but received errors "
+          "while waiting for send/recv from rank 0: ",
+          text));
+    }
+    if (missing.empty()) throw;
+    std::sort(missing.begin(), missing.end());
+    if (!wait_all_ranks) missing.resize(1);
+    Refuse(absl::StrCat(missing.size() == 1 ? "Rank " : "Ranks ",
+                        absl::StrJoin(missing, ", "),
+                        " failed to pass monitoredBarrier in ", timeout.count(),
+                        " ms: ", text));
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::send(std::vector<at::Tensor>&,

@@ -213,16 +213,25 @@ class ProcessGroupKolo : public KoloBackendBase {
       const c10d::AllToAllOptions& opts = c10d::AllToAllOptions()) override;
   c10::intrusive_ptr<c10d::Work> barrier(
       const c10d::BarrierOptions& opts = c10d::BarrierOptions()) override;
+  // gloo's monitored barrier, from kolo's barrier: group rank 0 names the
+  // ranks that did not arrive within the timeout (the first of them, or all
+  // with `wait_all_ranks`), as ProcessGroupGloo words it; the others report
+  // that they arrived and rank 0 did not answer. kolo's negotiation names
+  // the missing ranks on every rank, so no rank waits longer than the
+  // timeout.
+  void monitoredBarrier(const c10d::BarrierOptions& opts,
+                        bool wait_all_ranks = false) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
                                       int src_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
-#if TORCH_VERSION_MAJOR < 2
+  // torch's sequence number of the group (TORCH_DISTRIBUTED_DEBUG=DETAIL
+  // compares it across ranks): the position of the next collective, which
+  // starts at 0 on every rank (Note [Collectives named by sequence]).
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return next_; }
-#endif
 
  private:
   // The next collective's name (Note [Collectives named by sequence]).

@@ -16,7 +16,11 @@ position and each rank's value. The backend and ``kolo.torch.init()`` share
 one runtime: the job kolo joins is the job torch's ranks describe.
 """
 
+import datetime
 import os
+import secrets
+import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -41,6 +45,145 @@ def _fill_environment():
             os.environ[torch_name] = os.environ[kolo_name]
 
 
+def _launched_by_kolo():
+    """Whether kolo's own placement describes the job: kolorun (or a user)
+    set KOLO_RANK/KOLO_SIZE, or kolo.torch.init() already joined a job."""
+    return (mpi_ops.is_initialized() or "KOLO_RANK" in os.environ or
+            "KOLO_SIZE" in os.environ)
+
+
+def _start_timeout():
+    value = os.environ.get("KOLO_START_TIMEOUT", "60")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1
+    if not seconds > 0:
+        raise ValueError("KOLO_START_TIMEOUT=%r: expected a number of seconds "
+                         "above 0" % value)
+    return seconds
+
+
+def _store_host(store):
+    """The host of the TCPStore under torch's PrefixStores, if it is one."""
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    return getattr(store, "host", None) if isinstance(store, dist.TCPStore) \
+        else None
+
+
+def _routable_address(host):
+    """An IPv4 address of this host that other hosts can reach."""
+    try:
+        infos = socket.getaddrinfo(host, None, socket.AF_INET)
+    except socket.gaierror:
+        infos = []
+    for info in infos:
+        if not info[4][0].startswith("127."):
+            return info[4][0]
+    raise RuntimeError(
+        "kolo backend: the ranks run on several hosts and this host's name "
+        "%r resolves to no address the others can reach: set "
+        "KOLO_RENDEZVOUS_ADDR (or MASTER_ADDR) to rank 0's address" % host)
+
+
+def _free_port(address):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((address if not address.startswith("127.") else "127.0.0.1",
+                0))
+        return s.getsockname()[1]
+
+
+def _wait_keys(store, keys, seconds, missing):
+    """Waits up to `seconds` for `keys` in torch's store; on timeout raises
+    naming what `missing(absent keys)` says."""
+    deadline = time.monotonic() + seconds
+    for i, key in enumerate(keys):
+        left = max(0.01, deadline - time.monotonic())
+        try:
+            store.wait([key], datetime.timedelta(seconds=left))
+        except RuntimeError:
+            absent = [key]
+            try:
+                absent += [k for k in keys[i + 1:] if not store.check([k])]
+            except (RuntimeError, AttributeError):
+                pass  # torch 1.13's store has no check(), nor a socket left
+            raise RuntimeError(
+                "kolo backend: rendezvous through torch's store timed out "
+                "after %g s (KOLO_START_TIMEOUT): %s" % (
+                    seconds, missing(absent))) from None
+
+
+def _join_through_store(store, rank, size):
+    """Joins kolo's job through the store torch passed to the default
+    group, for processes that no kolo launcher started (torch.multiprocessing
+    .spawn, torchrun, a python per rank: Note [Rendezvous through torch's
+    store] in docs/torch_distributed.md). Every rank publishes its host name;
+    rank 0 chooses kolo's rendezvous address and port (and a job secret
+    where none is given) and publishes them; each rank then sets kolo's
+    placement variables and joins with kolo's own authenticated rendezvous.
+    """
+    seconds = _start_timeout()
+    host = socket.gethostname()
+    store.set("kolo/host/%d" % rank, host)
+    given_secret = any(v in os.environ for v in
+                       ("KOLO_SECRET", "KOLO_SECRET_FILE", "KOLO_SECRET_FD"))
+    require = os.environ.get("KOLO_REQUIRE_SECRET", "0")
+    if require not in ("0", "1"):
+        raise ValueError("KOLO_REQUIRE_SECRET=%r: expected 0 or 1" % require)
+    if require == "1" and not given_secret and size > 1:
+        raise RuntimeError(
+            "kolo backend: KOLO_REQUIRE_SECRET=1 and no job secret given: set "
+            "KOLO_SECRET_FILE (or KOLO_SECRET) on every rank, or unset "
+            "KOLO_REQUIRE_SECRET to let rank 0 pass a secret through torch's "
+            "store")
+    keys = ["kolo/host/%d" % r for r in range(size)]
+    if rank == 0:
+        _wait_keys(store, keys, seconds, lambda absent: (
+            "rank(s) %s did not reach init_process_group" %
+            ", ".join(k.rsplit("/", 1)[1] for k in absent)))
+        hosts = [store.get(k).decode() for k in keys]
+        address = (os.environ.get("KOLO_RENDEZVOUS_ADDR") or
+                   os.environ.get("MASTER_ADDR") or _store_host(store))
+        if not address:
+            address = ("127.0.0.1" if len(set(hosts)) == 1
+                       else _routable_address(host))
+        port = os.environ.get("KOLO_RENDEZVOUS_PORT") or str(
+            _free_port(address))
+        if not given_secret and size > 1:
+            store.set("kolo/secret", secrets.token_hex(32))
+        store.set("kolo/rendezvous", "%s:%s" % (address, port))
+    else:
+        _wait_keys(store, ["kolo/rendezvous"], seconds, lambda absent: (
+            "rank 0 did not publish kolo's rendezvous address"))
+        hosts = [store.get(k).decode() for k in keys]
+    address, port = store.get("kolo/rendezvous").decode().rsplit(":", 1)
+    distinct = list(dict.fromkeys(hosts))
+    placement = {
+        "KOLO_RANK": rank, "KOLO_SIZE": size,
+        "KOLO_LOCAL_RANK": hosts[:rank].count(host),
+        "KOLO_LOCAL_SIZE": hosts.count(host),
+        "KOLO_CROSS_RANK": distinct.index(host),
+        "KOLO_CROSS_SIZE": len(distinct),
+        "KOLO_RENDEZVOUS_ADDR": address, "KOLO_RENDEZVOUS_PORT": port,
+        "KOLO_HOST_STORE": int(rank == 0),
+    }
+    for name, value in placement.items():
+        os.environ[name] = str(value)
+    if not given_secret and size > 1:
+        # Handed to kolo through a descriptor: never in the environment.
+        fd = os.memfd_create("kolo-secret")
+        os.write(fd, store.get("kolo/secret"))
+        os.environ["KOLO_SECRET_FD"] = str(fd)
+        try:
+            mpi_ops.init()
+        finally:
+            del os.environ["KOLO_SECRET_FD"]
+            os.close(fd)
+    else:
+        mpi_ops.init()
+
+
 def _timeout_ms(backend_options):
     """The group's timeout for kolo's requests: the one given to
     init_process_group or new_group, or 0 (KOLO_OP_TIMEOUT) where torch
@@ -57,7 +200,12 @@ def _create_process_group(backend_options, pg_options):
     if pg_options is not None:
         raise ValueError("the kolo backend takes no pg_options")
     if not mpi_ops.is_initialized():
-        mpi_ops.init()
+        if _launched_by_kolo() or backend_options.global_ranks_in_group:
+            mpi_ops.init()
+        else:
+            _join_through_store(backend_options.store,
+                                backend_options.group_rank,
+                                backend_options.group_size)
     timeout_ms = _timeout_ms(backend_options)
     members = sorted(int(r) for r in backend_options.global_ranks_in_group)
     rank, size = backend_options.group_rank, backend_options.group_size

@@ -124,15 +124,46 @@ def test_all_gather_base(rank, size, gloo):
     assert torch.equal(ours, torch.cat(ref))
 
 
-def test_all_gather_coalesced(rank, size, gloo):
-    inputs = [values(rank, shape=s, seed=10) for s in [(3,), (2, 2)]]
-    ours = [[torch.empty_like(t) for _ in range(size)] for t in inputs]
+@pytest.mark.parametrize("inputs_per_rank", ["world size", "world size + 1"])
+def test_all_gather_coalesced_layout_is_rank_major(rank, size,
+                                                   inputs_per_rank):
+    # torch's documented layout (all_gather_coalesced's docstring):
+    # output_tensor_lists[r][i] is rank r's input_tensor_list[i]. With as
+    # many inputs as ranks a transposed layout would fit the shapes too.
+    n = size if inputs_per_rank == "world size" else size + 1
+    shapes = [(3,)] * n if n == size else [(3,), (2, 2)] + [(1,)] * (n - 2)
+    inputs = [values(rank, shape=s, seed=10 + i) for i, s in enumerate(shapes)]
+    ours = [[torch.empty(s) for s in shapes] for _ in range(size)]
     dist.all_gather_coalesced(ours, inputs)
-    for lists, t in zip(ours, inputs):
-        ref = [torch.empty_like(t) for _ in range(size)]
-        dist.all_gather(ref, t, group=gloo)
-        for a, b in zip(lists, ref):
-            assert torch.equal(a, b)
+    for r in range(size):
+        for i, s in enumerate(shapes):
+            assert torch.equal(ours[r][i], values(r, shape=s, seed=10 + i)), \
+                (r, i)
+
+
+@pytest.mark.skipif(not hasattr(dist, "_make_nccl_premul_sum"),
+                    reason="this torch has no PREMUL_SUM for CPU backends")
+def test_premul_sum_multiplies_every_input_first(rank, size):
+    # sum over r of factor * x_r: all_reduce and reduce_scatter_tensor.
+    factor = 0.25
+    every = [values(r, shape=(size, 4), seed=30) for r in range(size)]
+    expect = sum(factor * x for x in every)
+    x = every[rank].clone()
+    dist.all_reduce(x, op=dist._make_nccl_premul_sum(factor))
+    assert torch.equal(x, expect)
+    out = torch.empty(4)
+    dist.reduce_scatter_tensor(out, every[rank].clone(),
+                               op=dist._make_nccl_premul_sum(factor))
+    assert torch.equal(out, expect[rank])
+
+
+@pytest.mark.skipif(torch.__version__.startswith("1."),
+                    reason="torch 1.13 allows monitored_barrier on gloo only")
+def test_monitored_barrier_passes_when_every_rank_arrives(rank):
+    import datetime
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=30),
+                           wait_all_ranks=True)
 
 
 def test_reduce_to_every_root(rank, size, gloo):
