@@ -207,6 +207,7 @@ int Runtime::local_rank() const { return impl_->options().local_rank; }
 int Runtime::local_size() const { return impl_->options().local_size; }
 int Runtime::cross_rank() const { return impl_->options().cross_rank; }
 int Runtime::cross_size() const { return impl_->options().cross_size; }
+const Options& Runtime::options() const { return impl_->options(); }
 
 absl::StatusOr<Work> Runtime::Allreduce(const AllreduceRequest& req) {
   KOLO_RETURN_IF_ERROR(CheckAllreduce(*impl_, req));

@@ -409,5 +409,7 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("process_set"), py::arg("rank"), py::arg("size"),
            py::arg("group"), py::arg("timeout_ms") = 0)
+      .def("_connect_point_to_point", &ProcessGroupKolo::ConnectPointToPoint,
+           py::arg("store"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("process_set", &ProcessGroupKolo::process_set);
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "runtime/sync/mutex.h"
 
 namespace kolo {
@@ -378,6 +379,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::broadcast(
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   at::Tensor t = One(tensors, "allreduce");
+  if (t.is_sparse()) return SparseAllreduce(t, opts);
   const Reduction op = ToKolo(opts.reduceOp, "allreduce");
   const std::string name = NextName();
   Handle h = context_->allreduce_async_(t, AllreduceOptions()
@@ -390,6 +392,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce(
     h.wait();
     return std::vector<at::Tensor>{t};
   });
+}
+
+// A sparse COO tensor's SUM, as ProcessGroupGloo's: every rank gathers
+// every rank's indices and values (two allgathers, any number of non-zeros
+// per rank), and adds them up by coalescing. Every rank coalesces the same
+// rows in the same order: bitwise-identical results. The sum is written
+// into the caller's tensor.
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::SparseAllreduce(
+    at::Tensor t, const c10d::AllreduceOptions& opts) {
+  if (opts.reduceOp != c10d::ReduceOp::SUM) {
+    Refuse(absl::StrCat("allreduce of a sparse tensor with ReduceOp.",
+                        OpName(opts.reduceOp.op_),
+                        " is not supported (SUM is)"));
+  }
+  const at::Tensor in = t.coalesce();
+  const std::string name = NextName();
+  const std::chrono::milliseconds timeout = Timeout(opts.timeout);
+  // One row per non-zero: its indices, and its value (a slice of the
+  // dense dimensions).
+  Handle indices = context_->allgather_async(
+      in.indices().t().contiguous(), AllgatherOptions()
+                                         .name(absl::StrCat(name, ".indices"))
+                                         .process_set(set_)
+                                         .timeout(timeout));
+  Handle values = context_->allgather_async(
+      in.values().contiguous(), AllgatherOptions()
+                                    .name(absl::StrCat(name, ".values"))
+                                    .process_set(set_)
+                                    .timeout(timeout));
+  return Enqueue(c10d::OpType::ALLREDUCE, name, {indices, values},
+                 [indices, values, t]() mutable {
+                   at::Tensor all_indices = indices.wait().t();
+                   at::Tensor all_values = values.wait();
+                   t.copy_(at::sparse_coo_tensor(all_indices, all_values,
+                                                 t.sizes(), t.options())
+                               .coalesce());
+                   return std::vector<at::Tensor>{t};
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce_coalesced(
@@ -882,26 +922,49 @@ void ProcessGroupKolo::monitoredBarrier(const c10d::BarrierOptions& opts,
   }
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::send(std::vector<at::Tensor>&,
-                                                      int, int) {
-  Refuse(
-      "send (point-to-point) is not supported: kolo runs collectives "
-      "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
+void ProcessGroupKolo::ConnectPointToPoint(
+    const c10::intrusive_ptr<c10d::Store>& store) {
+  const kolo::Options& options = context_->runtime().options();
+  point_to_point_ = PointToPoint::Connect(
+      group_, getRank(), getSize(), store, options.bind_addr,
+      absl::ToChronoMilliseconds(options.start_timeout));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recv(std::vector<at::Tensor>&,
-                                                      int, int) {
-  Refuse(
-      "recv (point-to-point) is not supported: kolo runs collectives "
-      "only; use a gloo group for point-to-point (docs/torch_distributed.md)");
+// The group's timeout for point-to-point: its own, else KOLO_OP_TIMEOUT.
+std::chrono::milliseconds ProcessGroupKolo::PointToPointTimeout() const {
+  return timeout_.count() > 0 ? timeout_
+                              : absl::ToChronoMilliseconds(
+                                    context_->runtime().options().op_timeout);
+}
+
+PointToPoint& ProcessGroupKolo::Peers(const char* what) {
+  if (!point_to_point_) {
+    Refuse(absl::StrCat(what,
+                        ": the group has no point-to-point connections "
+                        "(it was not made by kolo.torch's backend creator)"));
+  }
+  return *point_to_point_;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::send(
+    std::vector<at::Tensor>& tensors, int dst_rank, int tag) {
+  return Peers("send").Send(One(tensors, "send"), dst_rank, tag,
+                            PointToPointTimeout());
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recv(
+    std::vector<at::Tensor>& tensors, int src_rank, int tag) {
+  if (src_rank < 0) {
+    Refuse(absl::StrCat("recv: source rank ", src_rank, " is not a rank"));
+  }
+  return Peers("recv").Recv(One(tensors, "recv"), src_rank, tag,
+                            PointToPointTimeout());
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::recvAnysource(
-    std::vector<at::Tensor>&, int) {
-  Refuse(
-      "recv from any source (point-to-point) is not supported: kolo runs "
-      "collectives only; use a gloo group for point-to-point "
-      "(docs/torch_distributed.md)");
+    std::vector<at::Tensor>& tensors, int tag) {
+  return Peers("recv").Recv(One(tensors, "recv"), -1, tag,
+                            PointToPointTimeout());
 }
 
 }  // namespace torch

@@ -59,6 +59,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
+#include "frontends/python/src/point_to_point.h"
 #include "kolo/torch/context.h"
 #include "runtime/sync/mutex.h"
 
@@ -221,6 +222,10 @@ class ProcessGroupKolo : public KoloBackendBase {
   // timeout.
   void monitoredBarrier(const c10d::BarrierOptions& opts,
                         bool wait_all_ranks = false) override;
+  // Point-to-point (Note [Point-to-point of a process group]): connected
+  // by ConnectPointToPoint, which every member calls once when the group is
+  // made (kolo/torch/distributed.py does).
+  void ConnectPointToPoint(const c10::intrusive_ptr<c10d::Store>& store);
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,
@@ -248,6 +253,11 @@ class ProcessGroupKolo : public KoloBackendBase {
       std::vector<at::Tensor> outputs, const char* what);
 #endif
 
+  c10::intrusive_ptr<c10d::Work> SparseAllreduce(
+      at::Tensor t, const c10d::AllreduceOptions& opts);
+  std::chrono::milliseconds PointToPointTimeout() const;
+  PointToPoint& Peers(const char* what);
+
   // An op's timeout: its options' own, else the group's.
   std::chrono::milliseconds Timeout(std::chrono::milliseconds own) const {
     return own == c10d::kUnsetTimeout ? timeout_ : own;
@@ -260,6 +270,8 @@ class ProcessGroupKolo : public KoloBackendBase {
   std::atomic<uint64_t> next_{0};
 
   const std::shared_ptr<Completer> completer_;
+  // Set once by ConnectPointToPoint, before the group is handed to torch.
+  std::shared_ptr<PointToPoint> point_to_point_;
 };
 
 }  // namespace torch

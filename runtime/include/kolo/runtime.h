@@ -175,6 +175,8 @@ class Runtime {
   int local_size() const;
   int cross_rank() const;
   int cross_size() const;
+  // The options the runtime runs with (bind address, timeouts, ...).
+  const Options& options() const;
 
   absl::StatusOr<Work> Allreduce(const AllreduceRequest& request);
   absl::StatusOr<Work> Broadcast(const BroadcastRequest& request);

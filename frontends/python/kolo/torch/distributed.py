@@ -194,6 +194,13 @@ def _timeout_ms(backend_options):
     return max(1, int(timeout.total_seconds() * 1000))
 
 
+def _connected(group, backend_options):
+    """`group` with its point-to-point connected through the group's store
+    (Note [Point-to-point of a process group]): every member runs this."""
+    group._connect_point_to_point(backend_options.store)
+    return group
+
+
 def _create_process_group(backend_options, pg_options):
     """torch.distributed's creator of a "kolo" group (extended API): called
     on the group's member ranks only."""
@@ -216,7 +223,8 @@ def _create_process_group(backend_options, pg_options):
                 "kolo joined (rank %d of %d): start every process with the "
                 "same launcher (RANK/WORLD_SIZE and KOLO_RANK/KOLO_SIZE "
                 "disagree)" % (rank, size, _C.rank(), _C.size()))
-        return _C.ProcessGroupKolo(0, rank, size, "world", timeout_ms)
+        return _connected(_C.ProcessGroupKolo(0, rank, size, "world",
+                                              timeout_ms), backend_options)
     if members[rank] != _C.rank() or len(members) != size:
         raise RuntimeError(
             "torch.distributed's group %r (ranks %s) does not hold kolo's "
@@ -225,8 +233,9 @@ def _create_process_group(backend_options, pg_options):
     # Created by its members alone: torch calls this on members only.
     process_set = _C.add_process_set_of_members(
         members, "c10d/" + backend_options.group_id)
-    return _C.ProcessGroupKolo(process_set, rank, size,
-                               backend_options.group_id, timeout_ms)
+    return _connected(_C.ProcessGroupKolo(process_set, rank, size,
+                                          backend_options.group_id,
+                                          timeout_ms), backend_options)
 
 
 def _register():

@@ -26,25 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # Tests that pass on gloo and fail on kolo, with the reason. Keep in step
 # with docs/torch_distributed.md ("PyTorch's backend suite").
-P2P = "point-to-point (send, recv, isend, irecv) is not implemented yet"
 KNOWN_FAILURES = {
-    "test_batch_isend_irecv_gloo": P2P,
-    "test_batch_isend_irecv_gloo_tags": P2P,
-    "test_irecv": P2P,
-    "test_isend": P2P,
-    "test_isend_autograd_profiler": P2P,
-    "test_isend_torch_profiler": P2P,
-    "test_send_recv": P2P,
-    "test_send_recv_any_source": P2P,
-    "test_send_recv_any_source_autograd_profiler": P2P,
-    "test_send_recv_any_source_torch_profiler": P2P,
-    "test_send_recv_autograd_profiler": P2P,
-    "test_send_recv_torch_profiler": P2P,
-    "test_send_recv_with_tag": P2P,
-    "test_send_recv_with_tag_autograd_profiler": P2P,
-    "test_send_recv_with_tag_torch_profiler": P2P,
-    "test_sparse_all_reduce_sum":
-        "sparse allreduce is not implemented: kolo reduces dense tensors",
     "test_barrier_timeout_full_group":
         "reads gloo's wording: expects \" (Timed out|closed|timeout) \" in "
         "the error; kolo's says 'timed out after 1 s (the request's "

@@ -1,0 +1,110 @@
+"""Point-to-point on the kolo backend (Note [Point-to-point of a process
+group]), in every rank of a kolorun job: what each rank receives is
+computed from torch's documented semantics and the senders' inputs."""
+
+import torch
+import torch.distributed as dist
+
+
+def payload(src, dst, tag=0, n=5):
+    return torch.arange(n, dtype=torch.float64) + 1000 * src + 10 * dst + tag
+
+
+def test_ring_of_blocking_and_async_sends(rank, size):
+    nxt, prev = (rank + 1) % size, (rank - 1) % size
+    got = torch.empty(5, dtype=torch.float64)
+    if rank % 2 == 0:  # blocking on half the ranks, in an order that cannot
+        dist.send(payload(rank, nxt), nxt)  # deadlock (sends are buffered)
+        dist.recv(got, prev)
+    else:
+        req = dist.irecv(got, prev)
+        dist.isend(payload(rank, nxt), nxt).wait()
+        req.wait()
+    assert torch.equal(got, payload(prev, rank))
+
+
+def test_tags_keep_messages_apart_and_in_order(rank, size):
+    if rank == 0:
+        # Posted in this order, received in the other: a send completes when
+        # its recv is posted (a rendezvous, as gloo's), so these are isends.
+        reqs = [dist.isend(payload(0, 1, tag) + k, 1, tag=tag)
+                for tag in (3, 2) for k in range(2)]
+        for req in reqs:
+            req.wait()
+    elif rank == 1:
+        for tag in (2, 3):
+            for k in range(2):
+                got = torch.empty(5, dtype=torch.float64)
+                dist.recv(got, 0, tag=tag)
+                assert torch.equal(got, payload(0, 1, tag) + k), (tag, k)
+    dist.barrier()
+
+
+def test_recv_from_any_source_names_the_sender(rank, size):
+    if rank == 0:
+        seen = {}
+        for _ in range(size - 1):
+            got = torch.empty(5, dtype=torch.float64)
+            src = dist.recv(got, tag=4)
+            seen[src] = got
+        assert sorted(seen) == list(range(1, size))
+        for src, got in seen.items():
+            assert torch.equal(got, payload(src, 0, 4))
+    else:
+        dist.send(payload(rank, 0, 4), 0, tag=4)
+
+
+def test_batch_isend_irecv_and_object_lists(rank, size):
+    nxt, prev = (rank + 1) % size, (rank - 1) % size
+    got = torch.empty(2, 3)
+    ops = [dist.P2POp(dist.isend, torch.full((2, 3), float(rank)), nxt),
+           dist.P2POp(dist.irecv, got, prev)]
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    assert torch.equal(got, torch.full((2, 3), float(prev)))
+    objects = [None, None]
+    if not hasattr(dist, "send_object_list"):
+        return  # torch 1.13 has no object point-to-point
+    if rank == 0:
+        dist.send_object_list([{"step": 7}, "text"], dst=size - 1)
+    elif rank == size - 1:
+        dist.recv_object_list(objects, src=0)
+        assert objects == [{"step": 7}, "text"]
+    dist.barrier()
+
+
+def test_non_contiguous_tensors_and_dtypes(rank, size):
+    for dtype in (torch.int64, torch.bfloat16, torch.uint8):
+        sent = (torch.arange(12).reshape(3, 4) % 100).to(dtype)
+        if rank == 0:
+            dist.send(sent.t(), 1)  # non-contiguous
+        elif rank == 1:
+            got = torch.empty(3, 4, dtype=dtype).t()  # a non-contiguous view
+            dist.recv(got, 0)
+            assert torch.equal(got, sent.t())
+    dist.barrier()
+
+
+def test_subgroup_ranks_are_the_group_ranks(rank, size):
+    members = list(range(size - 1, -1, -1))[:2]  # the last two, reversed
+    group = dist.new_group(sorted(members))
+    if rank in members:
+        other = members[0] if rank == members[1] else members[1]
+        got = torch.empty(5, dtype=torch.float64)
+        # torch takes global ranks and hands the backend group ranks.
+        req = dist.isend(payload(rank, other), other, group=group)
+        dist.recv(got, other, group=group)
+        req.wait()
+        assert torch.equal(got, payload(other, rank))
+    dist.barrier()
+
+
+def test_bad_peers_are_refused_by_name(rank, size):
+    import pytest
+    x = torch.ones(2)
+    with pytest.raises((RuntimeError, ValueError), match="rank|Rank"):
+        dist.send(x, size + 3)
+    # torch refuses a send to oneself before the backend sees it.
+    with pytest.raises((RuntimeError, ValueError), match="rank"):
+        dist.send(x, rank)
+    dist.barrier()
