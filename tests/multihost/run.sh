@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 
 bazel build //tools/kolorun:kolorun //tools/kolorun:kolo_rank_guard \
   //tools/examples:allreduce_demo //tests/multihost:multihost_worker \
-  //tests/frontends/torch:elastic_train >&2
+  //tests/frontends/torch:elastic_train //frontends/python:site >&2
 
 # The harness itself needs only the standard library of any python3.
 exec timeout --kill-after=10 280 python3 tests/multihost/run_tests.py \

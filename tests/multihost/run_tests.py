@@ -36,6 +36,34 @@ from harness import (IFACE, SUBNET, Cluster, Failure, Process, Skip, check,  # n
                      process_name, run, wait_for_exit)
 
 JOB_DEADLINE = 60.0  # Seconds: a job still running then fails its test.
+
+# A rank of test_torch_distributed_across_hosts.
+TORCH_DISTRIBUTED_WORKER = r"""
+import torch
+import torch.distributed as dist
+import kolo.torch
+
+dist.init_process_group("kolo")
+rank, size = dist.get_rank(), dist.get_world_size()
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+nxt, prev = (rank + 1) % size, (rank - 1) % size
+got = torch.empty(3)
+req = dist.isend(torch.full((3,), float(rank)), nxt, tag=2)
+dist.recv(got, prev, tag=2)
+req.wait()
+assert torch.equal(got, torch.full((3,), float(prev))), got
+if rank == 0:
+    senders = sorted(dist.recv(torch.empty(1), tag=3) for _ in range(size - 1))
+    print("ANY " + ",".join(map(str, senders)), flush=True)
+else:
+    dist.send(torch.ones(1), 0, tag=3)
+print("OK rank %d local %d/%d cross %d/%d sum %s from %d" % (
+    rank, kolo.torch.local_rank(), kolo.torch.local_size(),
+    kolo.torch.cross_rank(), kolo.torch.cross_size(), t.item(), prev),
+    flush=True)
+dist.destroy_process_group()
+"""
 KILL_BOUND = 5.0     # RELIABILITY.md: workers exit within 5 s of kill -9.
 OK_LINE = re.compile(r"^\[(\d+)\] OK rank (\d+) of (\d+): .* checksum ([0-9a-f]+)$")
 
@@ -69,6 +97,10 @@ class Suite:
             self.bin[key] = os.path.join(bin_dir, os.path.basename(path))
             shutil.copy2(os.path.join(self.repo, "bazel-bin", path),
                          self.bin[key])
+        # The Python package (kolo.torch), for the torch.distributed test.
+        self.bin["site"] = os.path.join(self.scratch, "site")
+        shutil.copytree(os.path.join(self.repo, "bazel-bin", "frontends",
+                                     "python", "site"), self.bin["site"])
         try:
             self.cluster.setup_pair()
         except Skip as e:
@@ -589,6 +621,39 @@ class Suite:
             got = {k: p[k] for k in want}
             check(got == want, f"rank {rank}: {got}, expected {want}")
         self.expect_clean([host])
+
+    def test_torch_distributed_across_hosts(self):
+        """4 plain python processes, 2 on each of hostA and hostB, started
+        with torch's env:// and no kolo variable: kolo joins through torch's
+        store (placement 2 hosts x 2), reduces across the link, and
+        point-to-point crosses it over gloo's transport (a ring, and a recv
+        from any source on rank 0)."""
+        python = self.torch_python()
+        a, b = self.hosts_ab()
+        work = self.fresh_dir("torch-distributed")
+        script = os.path.join(work, "p2p.py")
+        with open(script, "w") as f:
+            f.write(TORCH_DISTRIBUTED_WORKER)
+        env = self.base_env(work)
+        env["PYTHONPATH"] = self.bin["site"]
+        env.update(MASTER_ADDR=a.addr, MASTER_PORT="29700", WORLD_SIZE="4")
+        procs = [Process((a if rank < 2 else b).prefix() + [python, script],
+                         dict(env, RANK=str(rank)), self.repo, JOB_DEADLINE)
+                 for rank in range(4)]
+        failures = []
+        for rank, proc in enumerate(procs):
+            rc = proc.wait()
+            if rc != 0:
+                failures.append(f"rank {rank} exited {rc}:\n"
+                                f"{proc.stdout()}\n{proc.stderr()}")
+        check(not failures, "\n".join(failures))
+        for rank, proc in enumerate(procs):
+            want = (f"OK rank {rank} local {rank % 2}/2 cross {rank // 2}/2 "
+                    f"sum 10.0 from {(rank - 1) % 4}")
+            check(want in proc.stdout(), f"rank {rank}: expected {want!r} in "
+                  f"{proc.stdout()}\n{proc.stderr()}")
+        check("ANY 1,2,3" in procs[0].stdout(), procs[0].stdout())
+        self.expect_clean([a, b])
 
     def test_slurm_two_nodes(self):
         """4 processes from SLURM_* variables, 2 on each of hostA and hostB

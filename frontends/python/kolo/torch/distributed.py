@@ -87,6 +87,25 @@ def _routable_address(host):
         "KOLO_RENDEZVOUS_ADDR (or MASTER_ADDR) to rank 0's address" % host)
 
 
+def _host_identity():
+    """What makes two ranks local to each other (kolo then joins them
+    through shared memory): the host name, and the boot, network and IPC
+    namespaces, so that containers or network namespaces that share a
+    host name are told apart."""
+    parts = [socket.gethostname()]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts.append(f.read().strip())
+    except OSError:
+        pass
+    for ns in ("net", "ipc"):
+        try:
+            parts.append("%s:%d" % (ns, os.stat("/proc/self/ns/" + ns).st_ino))
+        except OSError:
+            pass
+    return "/".join(parts)
+
+
 def _free_port(address):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((address if not address.startswith("127.") else "127.0.0.1",
@@ -124,7 +143,7 @@ def _join_through_store(store, rank, size):
     placement variables and joins with kolo's own authenticated rendezvous.
     """
     seconds = _start_timeout()
-    host = socket.gethostname()
+    host = _host_identity()
     store.set("kolo/host/%d" % rank, host)
     given_secret = any(v in os.environ for v in
                        ("KOLO_SECRET", "KOLO_SECRET_FILE", "KOLO_SECRET_FD"))
@@ -147,7 +166,7 @@ def _join_through_store(store, rank, size):
                    os.environ.get("MASTER_ADDR") or _store_host(store))
         if not address:
             address = ("127.0.0.1" if len(set(hosts)) == 1
-                       else _routable_address(host))
+                       else _routable_address(socket.gethostname()))
         port = os.environ.get("KOLO_RENDEZVOUS_PORT") or str(
             _free_port(address))
         if not given_secret and size > 1:
