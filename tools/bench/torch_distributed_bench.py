@@ -9,6 +9,12 @@ same job (docs/torch_distributed.md), run in every rank under kolorun:
         RESULT allreduce <bytes> kolo_us=<p50> gloo_us=<p50>
                kolo_busbw=<GB/s> gloo_busbw=<GB/s>
       (bus bandwidth = 2 (n-1)/n bytes / time, as NCCL's tests define it).
+  kolorun -np 2 python3 tools/bench/torch_distributed_bench.py sendrecv
+      point-to-point ping-pong between ranks 0 and 1 (dist.send then
+      dist.recv of the same float32 tensor, 4 B to 64 MB) on a "kolo" and a
+      "gloo" group of the same ranks, alternating; rank 0 prints
+        RESULT sendrecv <bytes> kolo_us=<p50 one way> gloo_us=<p50 one way>
+               kolo_GBps=<bytes / one way> gloo_GBps=<...>
   kolorun -np 2 python3 tools/bench/torch_distributed_bench.py ddp \\
       --backend kolo|gloo [--model mnist|mlp] [--steps 30]
       DistributedDataParallel training with the given backend as the
@@ -81,6 +87,44 @@ def allreduce_bench(args):
     dist.destroy_process_group()
 
 
+def pingpong(group, tensor, iters):
+    """Median one-way time of a send and its reply between ranks 0 and 1."""
+    rank = dist.get_rank()
+    times = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        if rank == 0:
+            dist.send(tensor, 1, group=group)
+            dist.recv(tensor, 1, group=group)
+        elif rank == 1:
+            dist.recv(tensor, 0, group=group)
+            dist.send(tensor, 0, group=group)
+        times.append((time.perf_counter() - start) / 2)
+    return statistics.median(times)
+
+
+def sendrecv_bench(args):
+    dist.init_process_group("kolo")
+    gloo = dist.new_group(backend="gloo")
+    for nbytes in SIZES:
+        if nbytes > (args.max_bytes or 64 << 20):
+            break
+        x = torch.ones(max(1, nbytes // 4))
+        iters = iterations_for(nbytes)
+        for group in (None, gloo):  # warm up both
+            pingpong(group, x, 2)
+        kolo_s = pingpong(None, x, iters)
+        gloo_s = pingpong(gloo, x, iters)
+        if dist.get_rank() == 0:
+            b = x.numel() * 4
+            print("RESULT sendrecv %d kolo_us=%.1f gloo_us=%.1f "
+                  "kolo_GBps=%.3f gloo_GBps=%.3f" %
+                  (b, kolo_s * 1e6, gloo_s * 1e6, b / kolo_s / 1e9,
+                   b / gloo_s / 1e9), flush=True)
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def ddp_bench(args):
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "..", "frontends", "python",
@@ -132,7 +176,7 @@ def ddp_bench(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["allreduce", "ddp"])
+    p.add_argument("mode", choices=["allreduce", "sendrecv", "ddp"])
     p.add_argument("--backend", default="kolo", choices=["kolo", "gloo"])
     p.add_argument("--model", default="mnist", choices=["mnist", "mlp"])
     p.add_argument("--batch", type=int, default=0)
@@ -140,10 +184,13 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--max-bytes", type=int, default=0,
-                   help="allreduce: stop after this size (0: 256 MB)")
+                   help="stop after this size (0: 256 MB for allreduce, "
+                   "64 MB for sendrecv)")
     args = p.parse_args()
     if args.mode == "allreduce":
         allreduce_bench(args)
+    elif args.mode == "sendrecv":
+        sendrecv_bench(args)
     else:
         ddp_bench(args)
 
