@@ -179,6 +179,18 @@ class Suite:
             files = [f for f in os.listdir(d) if f.startswith("kolo-secret")]
             check(not files, f"secret files left in {d}: {files}")
 
+    def finish_ranks(self, procs, what):
+        """Waits for every rank's process (procs[r] is rank r); fails naming
+        each rank that exited non-zero. Returns their outputs."""
+        failures = []
+        for rank, proc in enumerate(procs):
+            rc = proc.wait()
+            if rc != 0:
+                failures.append(f"rank {rank} exited {rc}:\n"
+                                f"{proc.stdout()}\n{proc.stderr()}")
+        check(not failures, f"{what}: " + "\n".join(failures))
+        return [p.stdout() for p in procs]
+
     def expect_demo_ok(self, output, size, what):
         ranks, checksums = set(), set()
         for line in output.splitlines():
@@ -640,13 +652,7 @@ class Suite:
         procs = [Process((a if rank < 2 else b).prefix() + [python, script],
                          dict(env, RANK=str(rank)), self.repo, JOB_DEADLINE)
                  for rank in range(4)]
-        failures = []
-        for rank, proc in enumerate(procs):
-            rc = proc.wait()
-            if rc != 0:
-                failures.append(f"rank {rank} exited {rc}:\n"
-                                f"{proc.stdout()}\n{proc.stderr()}")
-        check(not failures, "\n".join(failures))
+        self.finish_ranks(procs, "torch.distributed across hosts")
         for rank, proc in enumerate(procs):
             want = (f"OK rank {rank} local {rank % 2}/2 cross {rank // 2}/2 "
                     f"sum 10.0 from {(rank - 1) % 4}")
@@ -678,21 +684,12 @@ class Suite:
                                      self.repo, JOB_DEADLINE))
             return procs
 
-        def finish(procs, what):
-            failures = []
-            for rank, proc in enumerate(procs):
-                rc = proc.wait()
-                if rc != 0:
-                    failures.append(f"rank {rank} exited {rc}:\n"
-                                    f"{proc.stdout()}\n{proc.stderr()}")
-            check(not failures, f"{what}: " + "\n".join(failures))
-            return [p.stdout() for p in procs]
-
         demo = start([self.bin["demo"], "--tensors", "64"])
-        outs = finish(demo, "Slurm-style demo")
+        outs = self.finish_ranks(demo, "Slurm-style demo")
         self.expect_demo_ok("\n".join(f"[{r}] {o}" for r, o in enumerate(outs)),
                             4, "Slurm-style demo")
-        outs = finish(start([self.bin["worker"]]), "Slurm-style worker")
+        outs = self.finish_ranks(start([self.bin["worker"]]),
+                                 "Slurm-style worker")
         for rank, out in enumerate(outs):
             p = self.placements(out).get(rank)
             check(p is not None, f"rank {rank}: no placement in {out}")

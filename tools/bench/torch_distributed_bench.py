@@ -65,26 +65,35 @@ def timed(group, tensor, iters):
     return statistics.median(t.tolist())
 
 
-def allreduce_bench(args):
+def compare(args, measure, max_bytes):
+    """measure(group, tensor, iters) on a "kolo" and a "gloo" group of the
+    same ranks, for each size up to max_bytes (or --max-bytes): yields
+    (bytes, kolo seconds, gloo seconds)."""
     dist.init_process_group("kolo")
     gloo = dist.new_group(backend="gloo")
-    n = dist.get_world_size()
     for nbytes in SIZES:
-        if args.max_bytes and nbytes > args.max_bytes:
+        if nbytes > (args.max_bytes or max_bytes):
             break
         x = torch.ones(max(1, nbytes // 4))
         iters = iterations_for(nbytes)
         for group in (None, gloo):  # warm up both
-            timed(group, x, 2)
-        kolo_s = timed(None, x, iters)
-        gloo_s = timed(gloo, x, iters)
-        factor = 2.0 * (n - 1) / n * x.numel() * 4 / 1e9
+            measure(group, x, 2)
+        kolo_s = measure(None, x, iters)
+        gloo_s = measure(gloo, x, iters)
+        yield x.numel() * 4, kolo_s, gloo_s
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def allreduce_bench(args):
+    for b, kolo_s, gloo_s in compare(args, timed, 256 << 20):
+        n = dist.get_world_size()
+        factor = 2.0 * (n - 1) / n * b / 1e9
         if dist.get_rank() == 0:
             print("RESULT allreduce %d kolo_us=%.1f gloo_us=%.1f "
                   "kolo_busbw=%.3f gloo_busbw=%.3f" %
-                  (x.numel() * 4, kolo_s * 1e6, gloo_s * 1e6,
+                  (b, kolo_s * 1e6, gloo_s * 1e6,
                    factor / kolo_s, factor / gloo_s), flush=True)
-    dist.destroy_process_group()
 
 
 def pingpong(group, tensor, iters):
@@ -104,25 +113,12 @@ def pingpong(group, tensor, iters):
 
 
 def sendrecv_bench(args):
-    dist.init_process_group("kolo")
-    gloo = dist.new_group(backend="gloo")
-    for nbytes in SIZES:
-        if nbytes > (args.max_bytes or 64 << 20):
-            break
-        x = torch.ones(max(1, nbytes // 4))
-        iters = iterations_for(nbytes)
-        for group in (None, gloo):  # warm up both
-            pingpong(group, x, 2)
-        kolo_s = pingpong(None, x, iters)
-        gloo_s = pingpong(gloo, x, iters)
+    for b, kolo_s, gloo_s in compare(args, pingpong, 64 << 20):
         if dist.get_rank() == 0:
-            b = x.numel() * 4
             print("RESULT sendrecv %d kolo_us=%.1f gloo_us=%.1f "
                   "kolo_GBps=%.3f gloo_GBps=%.3f" %
                   (b, kolo_s * 1e6, gloo_s * 1e6, b / kolo_s / 1e9,
                    b / gloo_s / 1e9), flush=True)
-        dist.barrier()
-    dist.destroy_process_group()
 
 
 def ddp_bench(args):

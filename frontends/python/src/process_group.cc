@@ -1,8 +1,7 @@
 // ProcessGroupKolo: see process_group.h (Note [Collectives named by
-// sequence], Note [Futures of a process group]).
+// sequence]); its Works are work.cc's.
 #include "frontends/python/src/process_group.h"
 
-#include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -96,6 +95,19 @@ Reduction ToKolo(const c10d::ReduceOp& op, const char* collective) {
   }
 }
 
+// kolo's options of a reducing collective: its name, the reduction, the
+// process set and the timeout.
+template <typename Options>
+Options Reducing(const std::string& name, const Reduction& op, int set,
+                 std::chrono::milliseconds timeout) {
+  return Options()
+      .name(name)
+      .op(op.op)
+      .prescale(op.prescale)
+      .process_set(set)
+      .timeout(timeout);
+}
+
 // The one tensor of a per-device list (one device per process here).
 at::Tensor& One(std::vector<at::Tensor>& tensors, const char* collective) {
   if (tensors.size() != 1) {
@@ -139,188 +151,7 @@ void CopyInto(at::Tensor& to, const at::Tensor& from, const char* collective) {
 // along whole tensors of any shape (scalars included).
 at::Tensor AsRow(const at::Tensor& t) { return t.reshape({1, t.numel()}); }
 
-std::exception_ptr AsException(const std::exception& e) {
-  // kolo's errors keep their type (kolo._C.KoloInternalError in Python).
-  if (const auto* kolo_error = dynamic_cast<const Error*>(&e)) {
-    return std::make_exception_ptr(*kolo_error);
-  }
-  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
-    return std::make_exception_ptr(
-        std::runtime_error(c10_error->what_without_backtrace()));
-  }
-  return std::make_exception_ptr(std::runtime_error(e.what()));
-}
-
 }  // namespace
-
-// ---- KoloWork -----------------------------------------------------------
-
-KoloWork::KoloWork(int rank, c10d::OpType type, std::string name,
-                   std::vector<Handle> handles,
-                   std::function<std::vector<at::Tensor>()> finish,
-                   std::weak_ptr<Completer> completer)
-    : c10d::Work(rank, type),
-      name_(std::move(name)),
-      handles_(std::move(handles)),
-      completer_(std::move(completer)),
-      finish_(std::move(finish)) {}
-
-KoloWork::~KoloWork() = default;
-
-bool KoloWork::isCompleted() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_) return true;
-  }
-  for (const Handle& h : handles_) {
-    if (!h.poll()) return false;
-  }
-  TryFinish();  // quick now: the handles are done
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_;
-}
-
-bool KoloWork::isSuccess() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return completed_ && !exception_;
-}
-
-std::exception_ptr KoloWork::exception() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return exception_;
-}
-
-std::vector<at::Tensor> KoloWork::result() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return outputs_;
-}
-
-bool KoloWork::wait(std::chrono::milliseconds timeout) {
-  // Note [Futures of a process group]: finish on this thread unless
-  // another did (an unbounded wait only: the finish step waits for kolo).
-  if (timeout == kNoTimeout) TryFinish();
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (timeout == kNoTimeout) {
-    cv_.wait(lock, [&] { return completed_; });
-  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-    Refuse(absl::StrCat("Work.wait(timeout) on \"", name_,
-                        "\" timed out after ", timeout.count(),
-                        " ms; the collective is still pending"));
-  }
-  if (exception_) std::rethrow_exception(exception_);
-  return true;
-}
-
-void KoloWork::BlockQuietly() const {
-  for (const Handle& h : handles_) h.block();
-}
-
-bool KoloWork::TryFinish() {
-  if (claimed_.exchange(true)) return false;
-  std::vector<at::Tensor> outputs;
-  std::exception_ptr error;
-  try {
-    outputs = finish_();
-  } catch (const std::exception& e) {
-    error = AsException(e);
-  }
-  finish_ = nullptr;  // drops the tensors it holds
-  Complete(std::move(outputs), error);
-  return true;
-}
-
-namespace {
-
-void MarkFuture(const c10::intrusive_ptr<c10::ivalue::Future>& future,
-                const std::vector<at::Tensor>& outputs,
-                std::exception_ptr error) {
-  if (error) {
-    future->setError(error);
-  } else {
-    future->markCompleted(c10::IValue(outputs));
-  }
-}
-
-}  // namespace
-
-void KoloWork::Complete(std::vector<at::Tensor> outputs,
-                        std::exception_ptr error) {
-  c10::intrusive_ptr<c10::ivalue::Future> future;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    completed_ = true;
-    exception_ = error;
-    if (!error) outputs_ = outputs;
-    future = future_;
-  }
-  cv_.notify_all();
-  // A Future asked for before completion is completed here, outside the
-  // lock (its callbacks run now); one asked for later, in getFuture().
-  if (future) MarkFuture(future, outputs, error);
-}
-
-c10::intrusive_ptr<c10::ivalue::Future> KoloWork::getFuture() {
-  c10::intrusive_ptr<c10::ivalue::Future> future;
-  bool completed;
-  std::vector<at::Tensor> outputs;
-  std::exception_ptr error;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (future_) return future_;
-    future_ = c10::make_intrusive<c10::ivalue::Future>(
-        c10::ListType::create(c10::TensorType::get()));
-    future = future_;
-    completed = completed_;
-    outputs = outputs_;
-    error = exception_;
-  }
-  if (completed) {
-    MarkFuture(future, outputs, error);
-  } else if (std::shared_ptr<Completer> completer = completer_.lock()) {
-    completer->Add(c10::intrusive_ptr<KoloWork>::reclaim_copy(this));
-  } else {
-    TryFinish();  // the group is gone: finish here, blocking
-  }
-  return future;
-}
-
-// ---- Completer ----------------------------------------------------------
-
-Completer::Completer() : thread_([this] { Run(); }) {}
-
-Completer::~Completer() {
-  {
-    MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  cv_.NotifyAll();
-  thread_.join();
-}
-
-void Completer::Add(c10::intrusive_ptr<KoloWork> work) {
-  {
-    MutexLock lock(&mu_);
-    queue_.push_back(std::move(work));
-  }
-  cv_.NotifyOne();
-}
-
-void Completer::Run() {
-  for (;;) {
-    c10::intrusive_ptr<KoloWork> next;
-    {
-      MutexLock lock(&mu_);
-      // At destruction the Works already queued still finish (each is
-      // bounded by KOLO_OP_TIMEOUT, or fails at once at shutdown).
-      while (!stopping_ && queue_.empty()) cv_.Wait(&mu_);
-      if (queue_.empty()) return;
-      next = std::move(queue_.front());
-      queue_.pop_front();
-    }
-    next->BlockQuietly();
-    next->TryFinish();  // unless a caller of wait() did
-  }
-}
 
 // ---- ProcessGroupKolo ---------------------------------------------------
 
@@ -382,12 +213,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce(
   if (t.is_sparse()) return SparseAllreduce(t, opts);
   const Reduction op = ToKolo(opts.reduceOp, "allreduce");
   const std::string name = NextName();
-  Handle h = context_->allreduce_async_(t, AllreduceOptions()
-                                               .name(name)
-                                               .op(op.op)
-                                               .prescale(op.prescale)
-                                               .process_set(set_)
-                                               .timeout(Timeout(opts.timeout)));
+  Handle h = context_->allreduce_async_(
+      t, Reducing<AllreduceOptions>(name, op, set_, Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::ALLREDUCE, name, {h}, [h, t] {
     h.wait();
     return std::vector<at::Tensor>{t};
@@ -440,12 +267,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::allreduce_coalesced(
   const std::string name = NextName();
   // One negotiation and one fused collective for the whole list.
   Handle h = context_->grouped_allreduce_async_(
-      tensors, GroupedAllreduceOptions()
-                   .name(name)
-                   .op(op.op)
-                   .prescale(op.prescale)
-                   .process_set(set_)
-                   .timeout(Timeout(opts.timeout)));
+      tensors,
+      Reducing<GroupedAllreduceOptions>(name, op, set_, Timeout(opts.timeout)));
   std::vector<at::Tensor> outputs = tensors;
   return Enqueue(c10d::OpType::ALLREDUCE_COALESCED, name, {h}, [h, outputs] {
     h.wait_all();
@@ -465,12 +288,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce(
   }
   const bool root = opts.rootRank == getRank();
   const std::string name = NextName();
-  AllreduceOptions options = AllreduceOptions()
-                                 .name(name)
-                                 .op(op.op)
-                                 .prescale(op.prescale)
-                                 .process_set(set_)
-                                 .timeout(Timeout(opts.timeout));
+  AllreduceOptions options =
+      Reducing<AllreduceOptions>(name, op, set_, Timeout(opts.timeout));
   Handle h = root ? context_->allreduce_async_(t, options)
                   : context_->allreduce_async(t, options);
   return Enqueue(c10d::OpType::REDUCE, name, {h}, [h, t] {
@@ -646,13 +465,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::reduce_scatter(
   }
   const std::string name = NextName();
   // One row per rank: rank r's share is row r of the reduction.
-  Handle h = context_->reducescatter_async(at::cat(rows),
-                                           ReducescatterOptions()
-                                               .name(name)
-                                               .op(op.op)
-                                               .prescale(op.prescale)
-                                               .process_set(set_)
-                                               .timeout(Timeout(opts.timeout)));
+  Handle h = context_->reducescatter_async(
+      at::cat(rows),
+      Reducing<ReducescatterOptions>(name, op, set_, Timeout(opts.timeout)));
   return Enqueue(c10d::OpType::REDUCE_SCATTER, name, {h}, [h, out]() mutable {
     CopyInto(out, h.wait(), "reduce_scatter");
     return std::vector<at::Tensor>{out};
@@ -668,14 +483,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupKolo::_reduce_scatter_base(
   }
   const Reduction op = ToKolo(opts.reduceOp, "_reduce_scatter_base");
   const std::string name = NextName();
-  Handle h =
-      context_->reducescatter_async(input.reshape({getSize(), output.numel()}),
-                                    ReducescatterOptions()
-                                        .name(name)
-                                        .op(op.op)
-                                        .prescale(op.prescale)
-                                        .process_set(set_)
-                                        .timeout(Timeout(opts.timeout)));
+  Handle h = context_->reducescatter_async(
+      input.reshape({getSize(), output.numel()}),
+      Reducing<ReducescatterOptions>(name, op, set_, Timeout(opts.timeout)));
   at::Tensor out = output;
   return Enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, name, {h},
                  [h, out]() mutable {
@@ -741,12 +551,8 @@ ProcessGroupKolo::reduce_scatter_tensor_coalesced(
   for (size_t i = 0; i < inputs.size(); ++i) {
     handles.push_back(context_->reducescatter_async(
         inputs[i].reshape({getSize(), outputs[i].numel()}),
-        ReducescatterOptions()
-            .name(absl::StrCat(name, ".", i))
-            .op(op.op)
-            .prescale(op.prescale)
-            .process_set(set_)
-            .timeout(Timeout(opts.timeout))));
+        Reducing<ReducescatterOptions>(absl::StrCat(name, ".", i), op, set_,
+                                       Timeout(opts.timeout))));
   }
   return EnqueueCoalesced(name, std::move(handles), outputs, what);
 }
@@ -867,7 +673,7 @@ void ProcessGroupKolo::monitoredBarrier(const c10d::BarrierOptions& opts,
   const std::chrono::milliseconds timeout = Timeout(opts.timeout);
   if (timeout.count() == 0 && getRank() == 0) {
     // kolo would read 0 as its default timeout; gloo's rank 0 gives up.
-    Refuse(absl::StrCat("Rank 0 timed out in monitoredBarrier after 0 ms"));
+    Refuse("Rank 0 timed out in monitoredBarrier after 0 ms");
   }
   c10d::BarrierOptions options = opts;
   options.timeout = timeout;
@@ -876,35 +682,7 @@ void ProcessGroupKolo::monitoredBarrier(const c10d::BarrierOptions& opts,
     work->wait();
     return;
   } catch (const std::exception& e) {
-    // kolo's error names the job ranks that did not submit the barrier
-    // ("waiting for rank 2 to submit it", "ranks 1, 2"): as group ranks.
     const std::string text = e.what();
-    std::vector<int> missing;
-    const std::string marker = "waiting for rank";
-    size_t at = text.find(marker);
-    if (at != std::string::npos) {
-      at += marker.size();
-      if (at < text.size() && text[at] == 's') ++at;
-      const size_t end = text.find(" to submit it", at);
-      std::vector<int> group_ranks;
-      if (set_ != kGlobalProcessSet) {
-        group_ranks = context_->process_set_ranks(set_);
-      }
-      for (absl::string_view part : absl::StrSplit(
-               text.substr(at, end == std::string::npos ? 0 : end - at), ',')) {
-        int job_rank = 0;
-        if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &job_rank)) {
-          continue;
-        }
-        if (group_ranks.empty()) {
-          missing.push_back(job_rank);
-        } else {
-          for (size_t g = 0; g < group_ranks.size(); ++g) {
-            if (group_ranks[g] == job_rank) missing.push_back(g);
-          }
-        }
-      }
-    }
     if (getRank() != 0) {
       Refuse(absl::StrCat(
           "Rank ", getRank(),
@@ -912,14 +690,46 @@ void ProcessGroupKolo::monitoredBarrier(const c10d::BarrierOptions& opts,
           "while waiting for send/recv from rank 0: ",
           text));
     }
+    std::vector<int> missing = MissingGroupRanks(text);
     if (missing.empty()) throw;
-    std::sort(missing.begin(), missing.end());
     if (!wait_all_ranks) missing.resize(1);
     Refuse(absl::StrCat(missing.size() == 1 ? "Rank " : "Ranks ",
                         absl::StrJoin(missing, ", "),
                         " failed to pass monitoredBarrier in ", timeout.count(),
                         " ms: ", text));
   }
+}
+
+// The group ranks that kolo's timeout error names as not having submitted
+// ("waiting for rank 2 to submit it", "waiting for ranks 1, 2 ..."; job
+// ranks, ascending), ascending; none if the error is another.
+std::vector<int> ProcessGroupKolo::MissingGroupRanks(
+    const std::string& error) const {
+  const std::string marker = "waiting for rank";
+  size_t at = error.find(marker);
+  if (at == std::string::npos) return {};
+  at += marker.size();
+  if (at < error.size() && error[at] == 's') ++at;
+  const size_t end = error.find(" to submit it", at);
+  if (end == std::string::npos) return {};
+  const std::vector<int> group_ranks = set_ == kGlobalProcessSet
+                                           ? std::vector<int>()
+                                           : context_->process_set_ranks(set_);
+  std::vector<int> missing;
+  for (absl::string_view part :
+       absl::StrSplit(error.substr(at, end - at), ',')) {
+    int job_rank = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &job_rank)) {
+      continue;
+    }
+    if (group_ranks.empty()) {
+      missing.push_back(job_rank);
+      continue;
+    }
+    auto it = std::find(group_ranks.begin(), group_ranks.end(), job_rank);
+    if (it != group_ranks.end()) missing.push_back(it - group_ranks.begin());
+  }
+  return missing;
 }
 
 void ProcessGroupKolo::ConnectPointToPoint(
