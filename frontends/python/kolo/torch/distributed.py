@@ -136,9 +136,9 @@ def _wait_keys(store, keys, seconds, missing):
 def _join_through_store(store, rank, size):
     """Joins kolo's job through the store torch passed to the default
     group, for processes that no kolo launcher started (torch.multiprocessing
-    .spawn, torchrun, a python per rank: Note [Rendezvous through torch's
-    store] in docs/torch_distributed.md). Every rank publishes its host name;
-    rank 0 chooses kolo's rendezvous address and port (and a job secret
+    .spawn, torchrun, a python per rank: docs/torch_distributed.md,
+    "Rendezvous through torch's store"). Every rank publishes its host's
+    identity; rank 0 chooses kolo's rendezvous address and port (and a job secret
     where none is given) and publishes them; each rank then sets kolo's
     placement variables and joins with kolo's own authenticated rendezvous.
     """
