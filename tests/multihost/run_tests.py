@@ -58,6 +58,24 @@ if rank == 0:
     print("ANY " + ",".join(map(str, senders)), flush=True)
 else:
     dist.send(torch.ones(1), 0, tag=3)
+# The world spans the hosts: gloo's transport. A group of one host's two
+# ranks: shared memory (Note [Point-to-point of a process group]).
+def transport(group):  # torch 1.13's group is the backend itself
+    backend = group._get_backend(torch.device("cpu")) if hasattr(
+        group, "_get_backend") else group
+    return backend._point_to_point_transport()
+world = transport(dist.distributed_c10d._get_default_group())
+assert world.startswith("gloo (TCP): its ranks are on more than one host"), world
+pair = [rank - rank % 2, rank - rank % 2 + 1]
+groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+mine = groups[rank // 2]
+assert transport(mine) == "shared memory", transport(mine)
+other = pair[1] if rank == pair[0] else pair[0]
+got = torch.empty(2)
+req = dist.isend(torch.full((2,), float(rank)), other, group=mine)
+dist.recv(got, other, group=mine)
+req.wait()
+assert torch.equal(got, torch.full((2,), float(other))), got
 print("OK rank %d local %d/%d cross %d/%d sum %s from %d" % (
     rank, kolo.torch.local_rank(), kolo.torch.local_size(),
     kolo.torch.cross_rank(), kolo.torch.cross_size(), t.item(), prev),
@@ -639,7 +657,8 @@ class Suite:
         with torch's env:// and no kolo variable: kolo joins through torch's
         store (placement 2 hosts x 2), reduces across the link, and
         point-to-point crosses it over gloo's transport (a ring, and a recv
-        from any source on rank 0)."""
+        from any source on rank 0); a group of one host's ranks exchanges
+        over shared memory."""
         python = self.torch_python()
         a, b = self.hosts_ab()
         work = self.fresh_dir("torch-distributed")

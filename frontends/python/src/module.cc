@@ -411,5 +411,7 @@ PYBIND11_MODULE(_C, m) {
            py::arg("group"), py::arg("timeout_ms") = 0)
       .def("_connect_point_to_point", &ProcessGroupKolo::ConnectPointToPoint,
            py::arg("store"), py::call_guard<py::gil_scoped_release>())
+      .def("_point_to_point_transport",
+           &ProcessGroupKolo::PointToPointTransport)
       .def_property_readonly("process_set", &ProcessGroupKolo::process_set);
 }

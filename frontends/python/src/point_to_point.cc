@@ -160,15 +160,33 @@ at::Tensor CheckedTensor(const at::Tensor& tensor, const std::string& what) {
 
 }  // namespace
 
-PointToPoint::PointToPoint(std::string group,
+PointToPoint::PointToPoint(std::string group, int rank, int size,
+                           std::string transport,
+                           std::shared_ptr<ShmPointToPoint> shm,
                            std::shared_ptr<::gloo::Context> context)
-    : group_(std::move(group)), context_(std::move(context)) {}
+    : group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      transport_(std::move(transport)),
+      shm_(std::move(shm)),
+      context_(std::move(context)) {}
 
 std::shared_ptr<PointToPoint> PointToPoint::Connect(
     const std::string& group, int rank, int size,
-    const c10::intrusive_ptr<c10d::Store>& store, const std::string& bind_addr,
-    std::chrono::milliseconds start_timeout) {
+    const c10::intrusive_ptr<c10d::Store>& store, bool shm,
+    const std::string& bind_addr, std::chrono::milliseconds start_timeout) {
   try {
+    std::string why_not = "KOLO_SHM=0";
+    if (size < 2) {
+      why_not = "the group has one rank";
+    } else if (shm) {
+      std::shared_ptr<ShmPointToPoint> local = ShmPointToPoint::Connect(
+          group, rank, size, store, start_timeout, &why_not);
+      if (local) {
+        return std::shared_ptr<PointToPoint>(new PointToPoint(
+            group, rank, size, "shared memory", std::move(local), nullptr));
+      }
+    }
     ::gloo::transport::tcp::attr attr;
     attr.hostname = bind_addr;
     auto device = ::gloo::transport::tcp::CreateDevice(attr);
@@ -178,7 +196,8 @@ std::shared_ptr<PointToPoint> PointToPoint::Connect(
     ::gloo::rendezvous::PrefixStore prefixed("kolo-point-to-point", adapter);
     context->connectFullMesh(prefixed, device);
     return std::shared_ptr<PointToPoint>(
-        new PointToPoint(group, std::move(context)));
+        new PointToPoint(group, rank, size, "gloo (TCP): " + why_not, nullptr,
+                         std::move(context)));
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "kolo's torch.distributed backend: group \"", group,
                 "\": rank ", rank, " could not connect point-to-point to its ",
@@ -192,17 +211,19 @@ c10::intrusive_ptr<c10d::Work> PointToPoint::Send(
     std::chrono::milliseconds timeout) {
   const std::string what = absl::StrCat("send to rank ", peer, " (tag ", tag,
                                         ") in group \"", group_, "\"");
-  TORCH_CHECK(peer >= 0 && peer < context_->size && peer != context_->rank,
+  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_,
               "kolo's torch.distributed backend: ", what,
-              ": the destination must be another rank of the group's ",
-              context_->size);
+              ": the destination must be another rank of the group's ", size_);
   at::Tensor staged = CheckedTensor(tensor, what).contiguous();
+  if (shm_) {
+    return shm_->Post(/*recv=*/false, peer, tag, tensor, staged, what, timeout);
+  }
   auto buffer =
       context_->createUnboundBuffer(staged.data_ptr(), staged.nbytes());
   buffer->send(peer, static_cast<uint32_t>(tag));
   return c10::make_intrusive<PointToPointWork>(
-      c10d::OpType::SEND, what, context_->rank, peer, tensor, staged,
-      std::move(buffer), context_, timeout);
+      c10d::OpType::SEND, what, rank_, peer, tensor, staged, std::move(buffer),
+      context_, timeout);
 }
 
 c10::intrusive_ptr<c10d::Work> PointToPoint::Recv(
@@ -213,30 +234,31 @@ c10::intrusive_ptr<c10d::Work> PointToPoint::Recv(
                               group_, "\"")
                : absl::StrCat("recv from rank ", peer, " (tag ", tag,
                               ") in group \"", group_, "\"");
-  TORCH_CHECK(peer < context_->size && peer != context_->rank,
+  TORCH_CHECK(peer < size_ && peer != rank_,
               "kolo's torch.distributed backend: ", what,
-              ": the source must be another rank of the group's ",
-              context_->size);
+              ": the source must be another rank of the group's ", size_);
   CheckedTensor(tensor, what);
   at::Tensor staged =
       tensor.is_contiguous()
           ? tensor
           : at::empty_like(tensor, at::MemoryFormat::Contiguous);
+  if (shm_) {
+    return shm_->Post(/*recv=*/true, peer, tag, tensor, staged, what, timeout);
+  }
   auto buffer =
       context_->createUnboundBuffer(staged.data_ptr(), staged.nbytes());
   if (peer < 0) {
     std::vector<int> others;
-    for (int r = 0; r < context_->size; ++r) {
-      if (r != context_->rank) others.push_back(r);
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_) others.push_back(r);
     }
     buffer->recv(others, static_cast<uint32_t>(tag));
   } else {
     buffer->recv(peer, static_cast<uint32_t>(tag));
   }
   return c10::make_intrusive<PointToPointWork>(
-      peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, what,
-      context_->rank, peer, tensor, staged, std::move(buffer), context_,
-      timeout);
+      peer < 0 ? c10d::OpType::RECVANYSOURCE : c10d::OpType::RECV, what, rank_,
+      peer, tensor, staged, std::move(buffer), context_, timeout);
 }
 
 }  // namespace torch

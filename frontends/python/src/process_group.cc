@@ -736,7 +736,7 @@ void ProcessGroupKolo::ConnectPointToPoint(
     const c10::intrusive_ptr<c10d::Store>& store) {
   const kolo::Options& options = context_->runtime().options();
   point_to_point_ = PointToPoint::Connect(
-      group_, getRank(), getSize(), store, options.bind_addr,
+      group_, getRank(), getSize(), store, options.shm, options.bind_addr,
       absl::ToChronoMilliseconds(options.start_timeout));
 }
 
@@ -745,6 +745,10 @@ std::chrono::milliseconds ProcessGroupKolo::PointToPointTimeout() const {
   return timeout_.count() > 0 ? timeout_
                               : absl::ToChronoMilliseconds(
                                     context_->runtime().options().op_timeout);
+}
+
+std::string ProcessGroupKolo::PointToPointTransport() const {
+  return point_to_point_ ? point_to_point_->transport() : std::string();
 }
 
 PointToPoint& ProcessGroupKolo::Peers(const char* what) {

@@ -140,6 +140,8 @@ class ProcessGroupKolo : public KoloBackendBase {
   // by ConnectPointToPoint, which every member calls once when the group is
   // made (kolo/torch/distributed.py does).
   void ConnectPointToPoint(const c10::intrusive_ptr<c10d::Store>& store);
+  // Which transport it took (PointToPoint::transport()); empty before.
+  std::string PointToPointTransport() const;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors,
                                       int dst_rank, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors,

@@ -108,3 +108,64 @@ def test_bad_peers_are_refused_by_name(rank, size):
     with pytest.raises((RuntimeError, ValueError), match="rank"):
         dist.send(x, rank)
     dist.barrier()
+
+
+def _transport(group=None):
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(torch.device("cpu")) if hasattr(
+        pg, "_get_backend") else pg
+    return backend._point_to_point_transport()
+
+
+def test_one_host_takes_shared_memory(rank, size):
+    # kolorun's ranks here share one host (Note [Point-to-point of a process
+    # group]): the world and a subgroup both take the shared segment.
+    assert _transport() == "shared memory", _transport()
+    group = dist.new_group([0, size - 1])
+    if rank in (0, size - 1):
+        assert _transport(group) == "shared memory", _transport(group)
+    dist.barrier()
+
+
+def test_large_messages_out_of_tag_order_and_many_in_flight(rank, size):
+    # Larger than a channel's byte ring (1 MiB), received in the other tag
+    # order than sent, and more sends in flight than a channel has
+    # descriptor slots (64).
+    big = [torch.arange(n, dtype=torch.float32) + 1e6 * k
+           for k, n in enumerate((3 << 18, (5 << 18) + 7))]
+    small = [torch.full((3,), float(i)) for i in range(150)]
+    if rank == 0:
+        reqs = [dist.isend(big[0], 1, tag=10), dist.isend(big[1], 1, tag=11)]
+        reqs += [dist.isend(t, 1, tag=12) for t in small]
+        for req in reqs:
+            req.wait()
+    elif rank == 1:
+        got = [torch.empty_like(t) for t in big]
+        dist.recv(got[1], 0, tag=11)
+        dist.recv(got[0], 0, tag=10)
+        assert torch.equal(got[0], big[0]) and torch.equal(got[1], big[1])
+        for t in small:
+            out = torch.empty(3)
+            dist.recv(out, 0, tag=12)
+            assert torch.equal(out, t), (out, t)
+        empty = torch.empty(0)
+        dist.recv(empty, 0, tag=13)
+    if rank == 0:
+        dist.send(torch.empty(0), 1, tag=13)  # an empty message arrives too
+    dist.barrier()
+
+
+def test_a_recv_of_the_wrong_size_fails_naming_both_sizes(rank, size):
+    import pytest
+    if rank == 0:
+        dist.send(torch.ones(4), 1, tag=20)  # completes: the bytes are drained
+        dist.send(torch.full((2,), 7.0), 1, tag=21)
+    elif rank == 1:
+        with pytest.raises(RuntimeError, match=(
+                r'recv from rank 0 \(tag 20\) in group "world" failed: rank 0 '
+                r'sent 16 bytes, the tensor has 12')):
+            dist.recv(torch.empty(3), 0, tag=20)
+        got = torch.empty(2)
+        dist.recv(got, 0, tag=21)  # the pair goes on
+        assert torch.equal(got, torch.full((2,), 7.0))
+    dist.barrier()

@@ -9,6 +9,8 @@ send/recv semantics themselves are tested by PyTorch's own suite
 import re
 import subprocess
 
+import pytest
+
 from conftest import PYTHON, env, free_port
 
 WORKER = r"""
@@ -21,6 +23,11 @@ case = sys.argv[1]
 dist.init_process_group("kolo", timeout=datetime.timedelta(
     seconds=float(os.environ.get("GROUP_TIMEOUT", "600"))))
 rank = dist.get_rank()
+pg = dist.distributed_c10d._get_default_group()
+backend = pg._get_backend(torch.device("cpu")) if hasattr(
+    pg, "_get_backend") else pg
+sys.stdout.write("TRANSPORT %s\n" % backend._point_to_point_transport())
+sys.stdout.flush()
 # Every rank connected: a round trip first.
 t = torch.zeros(3)
 if rank == 0:
@@ -60,6 +67,18 @@ elif case == "silent":
 """
 
 
+# Within a host the group takes shared memory; KOLO_SHM=0 gives it gloo's
+# TCP pairs, the transport between hosts (Note [Point-to-point of a process
+# group]): the promises hold on both.
+TRANSPORTS = {"shm": ({}, "shared memory"),
+              "gloo": ({"KOLO_SHM": "0"}, "gloo (TCP): KOLO_SHM=0")}
+
+
+def _check_transport(out, expected):
+    found = re.search(r"TRANSPORT (.*)", out)
+    assert found and found.group(1) == expected, out
+
+
 def _start(path, case, world=2, **extra):
     port = free_port()
     return [subprocess.Popen(
@@ -70,25 +89,31 @@ def _start(path, case, world=2, **extra):
         for r in range(world)]
 
 
-def test_a_dead_peer_is_named_within_two_seconds(script):
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
+def test_a_dead_peer_is_named_within_two_seconds(script, transport):
+    extra, expected = TRANSPORTS[transport]
     path = script(WORKER)
-    procs = _start(path, "dies")
+    procs = _start(path, "dies", **extra)
     out0, err0 = procs[0].communicate(timeout=120)
     out1, err1 = procs[1].communicate(timeout=120)
     killed = re.search(r"KILLED_AT (\S+)", out0)
     error = re.search(r"ERROR_AT (\S+) (.*)", out1)
     assert killed and error, out0 + err0 + out1 + err1
+    _check_transport(out1, expected)
     assert ('recv from rank 0 (tag 5) in group "world" failed: rank 0 lost'
             in error.group(2)), error.group(2)
     assert float(error.group(1)) - float(killed.group(1)) < 2.0, (
         killed.group(0), error.group(0))
 
 
+@pytest.mark.parametrize("transport", sorted(TRANSPORTS))
 def test_a_silent_peer_is_named_with_the_tag_and_the_waiter_takes_no_cpu(
-        script):
+        script, transport):
+    extra, expected = TRANSPORTS[transport]
     path = script(WORKER)
-    procs = _start(path, "silent", GROUP_TIMEOUT="2")
+    procs = _start(path, "silent", GROUP_TIMEOUT="2", **extra)
     results = [p.communicate(timeout=120) for p in procs]
+    _check_transport(results[1][0], expected)
     found = re.search(r"WAITED (\S+) CPU (\S+) (.*)", results[1][0])
     assert found, results
     waited, cpu, message = float(found.group(1)), float(found.group(2)), \
@@ -99,3 +124,77 @@ def test_a_silent_peer_is_named_with_the_tag_and_the_waiter_takes_no_cpu(
     # Blocked, not spinning: the whole process (kolo's threads included)
     # used a small part of one core while it waited.
     assert cpu < 0.25 * waited, (cpu, waited)
+
+
+EXCHANGE = r"""
+import hashlib, sys
+import torch
+import torch.distributed as dist
+import kolo.torch  # noqa: F401
+
+dist.init_process_group("kolo")
+rank, size = dist.get_rank(), dist.get_world_size()
+pg = dist.distributed_c10d._get_default_group()
+backend = pg._get_backend(torch.device("cpu")) if hasattr(
+    pg, "_get_backend") else pg
+print("TRANSPORT", backend._point_to_point_transport())
+digest = hashlib.sha256()
+
+def payload(src, dst, tag, n):
+    return torch.arange(n, dtype=torch.float64) * (src + 1) + 100 * dst + tag
+
+def take(t, expected):
+    assert torch.equal(t, expected), (t[:4], expected[:4])
+    digest.update(t.numpy().tobytes())
+
+# Ring, with messages larger than a shared-memory ring, tags received in
+# the other order than sent.
+nxt, prev = (rank + 1) % size, (rank - 1) % size
+sizes = {1: 3 << 17, 2: 5}
+reqs = [dist.isend(payload(rank, nxt, tag, n), nxt, tag=tag)
+        for tag, n in sizes.items()]
+for tag in (2, 1):
+    got = torch.empty(sizes[tag], dtype=torch.float64)
+    dist.recv(got, prev, tag=tag)
+    take(got, payload(prev, rank, tag, sizes[tag]))
+for req in reqs:
+    req.wait()
+# Any source, into a non-contiguous view.
+if rank == 0:
+    by_source = {}
+    for _ in range(size - 1):
+        got = torch.empty(4, 6, dtype=torch.float64).t()
+        by_source[dist.recv(got, tag=7)] = got
+    assert sorted(by_source) == list(range(1, size)), sorted(by_source)
+    for src, got in sorted(by_source.items()):  # arrival order varies
+        take(got, payload(src, 0, 7, 24).reshape(6, 4))
+else:
+    dist.send(payload(rank, 0, 7, 24).reshape(6, 4), 0, tag=7)
+# batch_isend_irecv both ways round the ring.
+outs = [torch.empty(1000, dtype=torch.float64) for _ in range(2)]
+ops = [dist.P2POp(dist.isend, payload(rank, nxt, 3, 1000), nxt, tag=3),
+       dist.P2POp(dist.isend, payload(rank, prev, 4, 1000), prev, tag=4),
+       dist.P2POp(dist.irecv, outs[0], prev, tag=3),
+       dist.P2POp(dist.irecv, outs[1], nxt, tag=4)]
+for req in dist.batch_isend_irecv(ops):
+    req.wait()
+take(outs[0], payload(prev, rank, 3, 1000))
+take(outs[1], payload(nxt, rank, 4, 1000))
+print("DIGEST", rank, digest.hexdigest())
+dist.destroy_process_group()
+"""
+
+
+def test_both_transports_deliver_the_same_messages(script):
+    path = script(EXCHANGE)
+    digests = {}
+    for transport, (extra, expected) in sorted(TRANSPORTS.items()):
+        procs = _start(path, "exchange", world=3, **extra)
+        results = [p.communicate(timeout=300) for p in procs]
+        for p, (out, err) in zip(procs, results):
+            assert p.returncode == 0, out + err
+            _check_transport(out, expected)
+        digests[transport] = sorted(re.findall(r"DIGEST .*", "".join(
+            out for out, _ in results)))
+        assert len(digests[transport]) == 3, results
+    assert digests["shm"] == digests["gloo"], digests

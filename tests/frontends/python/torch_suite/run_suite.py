@@ -174,6 +174,9 @@ def main():
         print("known failure: %s: %s" % (name, KNOWN_FAILURES[name]))
     for name, detail in bad:
         print("=== FAILED %s\n%s" % (name, detail))
+    if not names:
+        bad.append(("(none)", "no test of the suite matched -k %r" %
+                    args.pattern))
     counts = "%d passed, %d known failures, %d skipped, %d failed; %d s" % (
         len(passed), len(known), len(skipped), len(bad),
         time.monotonic() - started)
