@@ -76,12 +76,13 @@ struct Channel {
 
 constexpr size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// Byte ring per channel: 1 MiB, halved until all channels fit in 32 MiB
-// (16 KiB at least), so that a container's small /dev/shm still holds it.
+// Byte ring per channel: 1 MiB, halved until all channels fit in 8 MiB
+// (16 KiB at least): every group has a segment, and a container's /dev/shm
+// (64 MiB by default) must still hold them and kolo's collective segments.
 size_t RingBytes(int size) {
   const size_t channels = static_cast<size_t>(size) * (size - 1);
   size_t ring = size_t{1} << 20;
-  while (ring > (size_t{16} << 10) && ring * channels > (size_t{32} << 20)) {
+  while (ring > (size_t{16} << 10) && ring * channels > (size_t{8} << 20)) {
     ring /= 2;
   }
   return ring;
