@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "frontends/python/src/work.h"
 #include "runtime/os/errno_text.h"
 #include "runtime/os/shared_segment.h"
 #include "runtime/os/unique_fd.h"
@@ -159,6 +160,10 @@ class ShmWork : public c10d::Work {
       }
       Complete(-1, std::make_exception_ptr(std::runtime_error(error)));
     }
+    // Note [Tensors are let go off the progress thread].
+    if (std::shared_ptr<ShmPointToPoint> owner = owner_.lock()) {
+      owner->Collect();
+    }
     std::lock_guard<std::mutex> lock(mutex_);
     if (exception_) std::rethrow_exception(exception_);
     return true;
@@ -210,24 +215,6 @@ struct Op {
 };
 using OpPtr = std::shared_ptr<Op>;
 
-void Finish(const OpPtr& op, std::exception_ptr error) {
-  if (!op->work) return;
-  if (!error && op->recv && op->target.data_ptr() != op->staged.data_ptr()) {
-    try {
-      op->target.copy_(op->staged);
-    } catch (const std::exception& e) {
-      error = std::make_exception_ptr(std::runtime_error(e.what()));
-    }
-  }
-  op->work->Complete(op->source, error);
-}
-
-void Fail(const OpPtr& op, const std::string& why) {
-  if (!op->work) return;
-  Finish(op, std::make_exception_ptr(std::runtime_error(
-                 absl::StrCat(op->work->what(), " failed: ", why))));
-}
-
 }  // namespace
 
 // ---- The engine ------------------------------------------------------------
@@ -270,17 +257,29 @@ class ShmPointToPoint::Impl {
       stopping_ = true;
     }
     bell_.Notify();
-    thread_.join();
+    JoinWithoutGil(thread_);
   }
 
   int rank() const { return rank_; }
 
   void Post(OpPtr op) {
+    std::vector<OpPtr> dead;  // let go here, outside the lock
     {
       MutexLock lock(&mu_);
       fresh_.push_back(std::move(op));
+      dead.swap(dead_);
     }
     bell_.Notify();
+  }
+
+  // Lets go of the Ops that ended (Note [Tensors are let go off the
+  // progress thread]). Not on the progress thread.
+  void Collect() {
+    std::vector<OpPtr> dead;  // let go after the lock
+    {
+      MutexLock lock(&mu_);
+      dead.swap(dead_);
+    }
   }
 
   void Close(const std::string& error) {
@@ -322,22 +321,60 @@ class ShmPointToPoint::Impl {
       return !unposted.empty() || !posted.empty() || !streaming_out.empty() ||
              !streaming_in.empty();
     }
-    // Fails and forgets the operations pending with this peer.
-    void FailAll(const std::string& why) {
-      for (const OpPtr& op : unposted) Fail(op, why);
-      for (const auto& [seq, op] : posted) Fail(op, why);
-      for (const OpPtr& op : streaming_out) Fail(op, why);
-      for (const OpPtr& op : streaming_in) Fail(op, why);
-      unposted.clear();
-      posted.clear();
-      streaming_out.clear();
-      streaming_in.clear();
-    }
   };
+
+  // Note [Tensors are let go off the progress thread]
+  // A tensor that Python made and then dropped (an isend's temporary) lives
+  // on in its Op, and letting go of it last takes the GIL (torch then frees
+  // its Python object). The progress thread must never wait for the GIL: a
+  // thread that holds it may be waiting for the progress thread (the
+  // group's destructor joins it). So every Op that ends (Finish) is kept in
+  // retired_ and handed to dead_, which a caller's thread empties: the next
+  // Post(), a Work's wait(), or the destructor after the join.
+  void Finish(const OpPtr& op, std::exception_ptr error) {
+    retired_.push_back(op);
+    if (!op->work) return;
+    if (!error && op->recv && op->target.data_ptr() != op->staged.data_ptr()) {
+      try {
+        op->target.copy_(op->staged);
+      } catch (const std::exception& e) {
+        error = std::make_exception_ptr(std::runtime_error(e.what()));
+      }
+    }
+    op->work->Complete(op->source, error);
+  }
+
+  void Fail(const OpPtr& op, const std::string& why) {
+    const std::string what = op->work ? op->work->what() : "a drained message";
+    Finish(op, std::make_exception_ptr(
+                   std::runtime_error(absl::StrCat(what, " failed: ", why))));
+  }
+
+  // Fails and forgets the operations pending with `peer`.
+  void FailAll(Peer& peer, const std::string& why) {
+    for (const OpPtr& op : peer.unposted) Fail(op, why);
+    for (const auto& [seq, op] : peer.posted) Fail(op, why);
+    for (const OpPtr& op : peer.streaming_out) Fail(op, why);
+    for (const OpPtr& op : peer.streaming_in) Fail(op, why);
+    peer.unposted.clear();
+    peer.posted.clear();
+    peer.streaming_out.clear();
+    peer.streaming_in.clear();
+  }
+
+  // Hands retired_ to dead_ (Note [Tensors are let go off the progress
+  // thread]).
+  void HandOver() {
+    if (retired_.empty()) return;
+    MutexLock lock(&mu_);
+    for (OpPtr& op : retired_) dead_.push_back(std::move(op));
+    retired_.clear();
+  }
 
   void Run() {
     absl::Time next_check = absl::InfinitePast();
     for (;;) {
+      HandOver();
       const uint32_t epoch = bell_.Epoch();
       std::deque<OpPtr> fresh;
       std::string closed;
@@ -354,7 +391,10 @@ class ShmPointToPoint::Impl {
       if (!closed.empty()) {
         for (const OpPtr& op : fresh) Fail(op, closed);
         if (!closed_here_) CloseHere(closed);
-        if (stopping) return;
+        if (stopping) {
+          HandOver();
+          return;
+        }
       } else {
         for (OpPtr& op : fresh) Accept(std::move(op));
       }
@@ -628,7 +668,7 @@ class ShmPointToPoint::Impl {
     peer.lost = why;
     last_lost_ = why;
     const bool none_left = AllLost();
-    peer.FailAll(why);
+    FailAll(peer, why);
     peer.unmatched.clear();
     for (auto it = recvs_.begin(); it != recvs_.end();) {
       if ((*it)->peer == p || ((*it)->peer < 0 && none_left)) {
@@ -648,7 +688,7 @@ class ShmPointToPoint::Impl {
     for (int p = 0; p < size_; ++p) {
       if (p == rank_) continue;
       Peer& peer = peers_[p];
-      peer.FailAll(why);
+      FailAll(peer, why);
       if (peer.lost.empty()) peer.lost = why;
     }
     words_[rank_].closed.store(1, std::memory_order_release);
@@ -667,13 +707,16 @@ class ShmPointToPoint::Impl {
   Mutex mu_;
   std::deque<OpPtr> fresh_ KOLO_GUARDED_BY(mu_);  // posted, not yet taken
   std::string closed_ KOLO_GUARDED_BY(mu_);       // Close()'s error
+  // Ended Ops for a caller's thread to let go of.
+  std::vector<OpPtr> dead_ KOLO_GUARDED_BY(mu_);
   bool stopping_ KOLO_GUARDED_BY(mu_) = false;
 
   // The progress thread's own.
   std::vector<Peer> peers_;  // [rank]; this rank's entry unused
   std::deque<OpPtr> recvs_;  // unmatched, in the order posted
   uint64_t arrivals_ = 0;
-  std::string last_lost_;  // the last peer's Lose() reason
+  std::vector<OpPtr> retired_;  // ended, not yet handed over
+  std::string last_lost_;       // the last peer's Lose() reason
   bool closed_here_ = false;
   std::thread thread_;
 };
@@ -686,6 +729,8 @@ ShmPointToPoint::ShmPointToPoint(std::unique_ptr<Impl> impl)
 ShmPointToPoint::~ShmPointToPoint() = default;
 
 void ShmPointToPoint::Close(const std::string& error) { impl_->Close(error); }
+
+void ShmPointToPoint::Collect() { impl_->Collect(); }
 
 c10::intrusive_ptr<c10d::Work> ShmPointToPoint::Post(
     bool recv, int peer, int tag, at::Tensor target, at::Tensor staged,

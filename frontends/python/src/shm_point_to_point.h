@@ -40,6 +40,8 @@
 //     peers fail their operations with it at once instead of waiting;
 //   * idle: with nothing pending the thread sleeps on its futex without a
 //     deadline (Wakeup's own kMaxSleep re-check aside).
+// The progress thread never takes the GIL: the tensors of ended operations
+// are let go of on callers' threads.
 //
 // A group uses this path when every rank reports the same host as kolo's
 // placement sees hosts (host name, boot, network and IPC namespaces) and
@@ -89,6 +91,10 @@ class ShmPointToPoint : public std::enable_shared_from_this<ShmPointToPoint> {
   // Closes point-to-point on this rank: pending and later operations fail
   // with `error`; peers see it. Any thread.
   void Close(const std::string& error);
+  // Lets go of the tensors of ended operations (Note [Tensors are let go
+  // off the progress thread] in the .cc). Any thread but the progress
+  // thread.
+  void Collect();
 
   class Impl;
 

@@ -2,6 +2,7 @@
 #include "frontends/python/src/work.h"
 
 #include <ATen/core/ivalue.h>
+#include <Python.h>
 #include <c10/util/Exception.h>
 
 #include <stdexcept>
@@ -162,13 +163,23 @@ c10::intrusive_ptr<c10::ivalue::Future> KoloWork::getFuture() {
 
 Completer::Completer() : thread_([this] { Run(); }) {}
 
+void JoinWithoutGil(std::thread& thread) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    PyThreadState* state = PyEval_SaveThread();
+    thread.join();
+    PyEval_RestoreThread(state);
+  } else {
+    thread.join();
+  }
+}
+
 Completer::~Completer() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
   cv_.NotifyAll();
-  thread_.join();
+  JoinWithoutGil(thread_);
 }
 
 void Completer::Add(c10::intrusive_ptr<KoloWork> work) {

@@ -89,6 +89,13 @@ class KoloWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
+// Joins `thread`, with the GIL released while it waits if this thread holds
+// it. A group's threads may need the GIL to end (the completer runs
+// Futures' Python callbacks), and torch destroys a group under the GIL
+// (pybind's dealloc of the backend): joining them with the GIL held would
+// wait forever.
+void JoinWithoutGil(std::thread& thread);
+
 // The completer thread of a group (Note [Futures of a process group]).
 class Completer {
  public:
