@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -154,6 +155,45 @@ double Percentile(std::vector<double> values, double p) {
   return values[i];
 }
 
+int64_t MemoryBytes(Collective c, int64_t moved, int ranks) {
+  const double n = static_cast<double>(moved), p = ranks;
+  if (ranks < 2) return 0;
+  const double exchange = 2 * n / p + 4 * n * (p - 1) / p;  // alltoall
+  double bytes = 0;
+  switch (c) {
+    case Collective::kAllreduce:
+      bytes = moved <= (32 << 10) ? (p + 3) * n
+                                  : 4 * n * (p - 1) / p + n + 2 * n / p;
+      break;
+    case Collective::kBroadcast:
+    case Collective::kAllgather:
+      bytes = 2 * n;
+      break;
+    case Collective::kAlltoall:
+      bytes = exchange;
+      break;
+    case Collective::kReducescatter:
+      bytes = exchange + 2 * n / p + 3 * n * (p - 1) / p;
+      break;
+  }
+  return static_cast<int64_t>(bytes);
+}
+
+double MeasureCopyBandwidth() {
+  const size_t bytes = size_t{128} << 20;
+  std::vector<uint8_t> from(bytes, 1), to(bytes, 0);  // touched: no faults
+  double best = 0;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(to.data(), from.data(), bytes);
+    const auto t1 = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(t1 - t0).count();
+    best = std::max(best, 2.0 * bytes / s / 1e9);
+    from[i] = to[bytes - 1 - i];  // the copies are used
+  }
+  return best;
+}
+
 void Die(const std::string& what) {
   std::fprintf(stderr, "kolo_bench: %s\n", what.c_str());
   std::fflush(stderr);
@@ -183,6 +223,9 @@ std::string Usage(const char* argv0) {
   --python PATH         helpers (default: next to this binary; mpirun;
                         /usr/bin/python3)
   --idle SECONDS        measure the CPU an idle initialised job uses
+  --roofline            measure the copy bandwidth (every rank at once) and
+                        print kolo's bytes through memory per rank (mem(B))
+                        and their share of that bandwidth (roof%) per size
 )");
 }
 
@@ -191,6 +234,10 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
   double factor = 2;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--roofline") {  // the one flag without a value
+      f->roofline = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "kolo_bench: %s needs a value\n", arg.c_str());
       return false;

@@ -54,6 +54,11 @@ struct Flags {
   std::string mpi_bench, torch_bench, plot_script;
   std::string mpirun = "mpirun";
   std::string python = "/usr/bin/python3";  // Debian's, with torch
+  // --roofline: measure this machine's copy bandwidth first and print,
+  // beside each size, kolo's bytes through memory per rank and the share
+  // of that bandwidth they make (Note [Roofline]).
+  bool roofline = false;
+  double copy_gbps = 0;  // measured (rank 0's), when roofline
 };
 
 // Parses argv; false (and a message on stderr) on a bad flag.
@@ -73,6 +78,32 @@ int64_t CountFor(Collective c, int64_t bytes, DataType dtype, int ranks);
 // busbw = algbw * factor: 2(n-1)/n allreduce, (n-1)/n allgather,
 // reducescatter, alltoall; 1 broadcast.
 double BusFactor(Collective c, int ranks);
+// Note [Roofline]
+// How close a collective comes to the memory limit: the bytes one rank
+// reads and writes in memory for it (MemoryBytes), per second, as a share
+// of the copy bandwidth every rank gets while all copy at once
+// (MeasureCopyBandwidth: a memcpy of n bytes counts 2n, its read and its
+// write). MemoryBytes counts the copies and reductions of kolo's
+// shared-memory backend (ops/shm/shm_backend.cc) for `moved` bytes (the
+// table's size) on `ranks` ranks, N = moved, p = ranks:
+//   allreduce, N <= 32 KiB (AllreduceSmall): copy in 2N, reduce every
+//     rank's input (p + 1)N: (p + 3)N;
+//   allreduce, larger (AllreducePipelined): the other shares in and out
+//     4N(p-1)/p, reducing its share N + N/p, into Result and back N/p:
+//     4N(p-1)/p + N + 2N/p (4N at p = 2);
+//   broadcast: the root copies in, the others out: 2N;
+//   allgather: its block in 2N/p, the others out 2N(p-1)/p: 2N;
+//   alltoall: its own slot 2N/p, the others in and out 4N(p-1)/p;
+//   reducescatter (the executor's alltoall, then a copy and p-1 combines of
+//     its N/p): alltoall's + 2N/p + 3N(p-1)/p.
+// Bytes a single-copy path would not move (the copies in) are what issue
+// "Close to the memory limit" is about.
+int64_t MemoryBytes(Collective c, int64_t moved, int ranks);
+// The copy bandwidth of this process in GB/s (2n bytes per memcpy of n),
+// best of a few copies of a buffer larger than the caches; call it on every
+// rank at once.
+double MeasureCopyBandwidth();
+
 // The default iteration count for a size (also used by the baselines).
 int IterationsFor(int64_t bytes);
 

@@ -239,6 +239,8 @@ void PrintTables(const Flags& flags, int ranks,
       std::printf(" %10s %8s %7s", (impls[i] + "(us)").c_str(), "busbw",
                   "ratio");
     }
+    // Note [Roofline]: kolo's, after the baselines' columns.
+    if (flags.roofline) std::printf(" %12s %6s", "mem(B)", "roof%");
     std::printf("\n");
     for (int64_t bytes : flags.sizes) {
       const Measurement* kolo = Find(results, "kolo", op, bytes);
@@ -261,6 +263,13 @@ void PrintTables(const Flags& flags, int ranks,
         const double bt = TimeOf(flags, *m);
         std::printf(" %10.1f %8.3f %7.2f", bt,
                     moved / bt / 1e3 * BusFactor(c, ranks), bt / t);
+      }
+      if (flags.roofline) {
+        const int64_t memory = MemoryBytes(c, moved, ranks);
+        std::printf(" %12lld %6.1f", static_cast<long long>(memory),
+                    flags.copy_gbps > 0
+                        ? 100.0 * memory / t / 1e3 / flags.copy_gbps
+                        : 0.0);
       }
       std::printf("\n");
     }

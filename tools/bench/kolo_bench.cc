@@ -4,7 +4,7 @@
 // torch.distributed with gloo (torch_bench.py), each with its ratio.
 //
 //   kolorun -np 2 bazel-bin/tools/bench/kolo_bench [--ops all]
-//       [--minbytes 4 --maxbytes 256M | --sizes 4096,1M,...]
+//       [--minbytes 4 --maxbytes 256M | --sizes 4096,1M,...] [--roofline]
 //       [--mode latency|loop|fusion] [--baselines gloo,mpi,torch]
 //       [--csv out.csv] [--plot out.png]
 //   kolorun -np 2 bazel-bin/tools/bench/kolo_bench --idle 10
@@ -311,6 +311,22 @@ int Main(int argc, char** argv) {
     gloo_ctx = *ctx;
   }
 
+  if (flags.roofline) {  // Note [Roofline]: every rank copies at once
+    const auto barrier = [&] {
+      absl::StatusOr<Work> w = (*rt)->Barrier();
+      absl::Status s = w.ok() ? w->Wait() : w.status();
+      if (!s.ok()) Die(std::string(s.message()));
+    };
+    barrier();
+    flags.copy_gbps = MeasureCopyBandwidth();
+    barrier();
+    if (rank == 0) {
+      std::printf(
+          "# copy bandwidth, %d rank(s) copying at once: %.2f GB/s per rank "
+          "(read + write)\n",
+          n, flags.copy_gbps);
+    }
+  }
   Bench bench(rt->get(), flags, gloo_ctx);
   if (flags.mode == Mode::kFusion) {
     bench.Fusion();
