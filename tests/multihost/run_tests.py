@@ -76,6 +76,9 @@ req = dist.isend(torch.full((2,), float(rank)), other, group=mine)
 dist.recv(got, other, group=mine)
 req.wait()
 assert torch.equal(got, torch.full((2,), float(other))), got
+# Rank 0 hosts torch's store: nobody leaves while another may still use it
+# (new_group's store-based barrier).
+dist.barrier()
 print("OK rank %d local %d/%d cross %d/%d sum %s from %d" % (
     rank, kolo.torch.local_rank(), kolo.torch.local_size(),
     kolo.torch.cross_rank(), kolo.torch.cross_size(), t.item(), prev),
