@@ -179,17 +179,19 @@ int64_t MemoryBytes(Collective c, int64_t moved, int ranks) {
   return static_cast<int64_t>(bytes);
 }
 
-double MeasureCopyBandwidth() {
-  const size_t bytes = size_t{128} << 20;
-  std::vector<uint8_t> from(bytes, 1), to(bytes, 0);  // touched: no faults
+double MeasureCopyBandwidth(int64_t bytes) {
+  const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 1));
+  std::vector<uint8_t> from(n, 1), to(n, 0);  // touched: no faults
+  const int copies = static_cast<int>(std::min<int64_t>(
+      100000, std::max<int64_t>(5, (int64_t{256} << 20) / n)));
   double best = 0;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < copies; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::memcpy(to.data(), from.data(), bytes);
+    std::memcpy(to.data(), from.data(), n);
     const auto t1 = std::chrono::steady_clock::now();
     const double s = std::chrono::duration<double>(t1 - t0).count();
-    best = std::max(best, 2.0 * bytes / s / 1e9);
-    from[i] = to[bytes - 1 - i];  // the copies are used
+    if (s > 0) best = std::max(best, 2.0 * n / s / 1e9);
+    from[i % n] = to[n - 1 - i % n];  // the copies are used
   }
   return best;
 }

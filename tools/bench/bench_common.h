@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,8 @@ struct Flags {
   // beside each size, kolo's bytes through memory per rank and the share
   // of that bandwidth they make (Note [Roofline]).
   bool roofline = false;
-  double copy_gbps = 0;  // measured (rank 0's), when roofline
+  // Measured copy bandwidth (rank 0's) by size, when roofline.
+  std::map<int64_t, double> copy_gbps;
 };
 
 // Parses argv; false (and a message on stderr) on a bad flag.
@@ -81,9 +83,12 @@ double BusFactor(Collective c, int ranks);
 // Note [Roofline]
 // How close a collective comes to the memory limit: the bytes one rank
 // reads and writes in memory for it (MemoryBytes), per second, as a share
-// of the copy bandwidth every rank gets while all copy at once
-// (MeasureCopyBandwidth: a memcpy of n bytes counts 2n, its read and its
-// write). MemoryBytes counts the copies and reductions of kolo's
+// of the copy bandwidth every rank gets while all copy buffers of the same
+// size at once (MeasureCopyBandwidth: a memcpy of n bytes counts 2n, its
+// read and its write). The copy is measured per size because the limit is
+// the cache's up to the last level's size and memory's beyond it, and the
+// collective's own buffers are as warm as the copy's (both repeat on the
+// same buffers). MemoryBytes counts the copies and reductions of kolo's
 // shared-memory backend (ops/shm/shm_backend.cc) for `moved` bytes (the
 // table's size) on `ranks` ranks, N = moved, p = ranks:
 //   allreduce, N <= 32 KiB (AllreduceSmall): copy in 2N, reduce every
@@ -96,13 +101,15 @@ double BusFactor(Collective c, int ranks);
 //   alltoall: its own slot 2N/p, the others in and out 4N(p-1)/p;
 //   reducescatter (the executor's alltoall, then a copy and p-1 combines of
 //     its N/p): alltoall's + 2N/p + 3N(p-1)/p.
-// Bytes a single-copy path would not move (the copies in) are what issue
-// "Close to the memory limit" is about.
+// The segment's chunks are reused stage after stage, so above the cache's
+// size part of that traffic still stays in the cache: roof% can pass 100
+// there. Bytes a single-copy path would not move (the copies in and out of
+// the segment) are what lowers mem(B) itself.
 int64_t MemoryBytes(Collective c, int64_t moved, int ranks);
-// The copy bandwidth of this process in GB/s (2n bytes per memcpy of n),
-// best of a few copies of a buffer larger than the caches; call it on every
-// rank at once.
-double MeasureCopyBandwidth();
+// The copy bandwidth of this process in GB/s (2n bytes per memcpy of n)
+// for buffers of `bytes`: the best of enough copies to take a few
+// milliseconds. Call it on every rank at once.
+double MeasureCopyBandwidth(int64_t bytes);
 
 // The default iteration count for a size (also used by the baselines).
 int IterationsFor(int64_t bytes);

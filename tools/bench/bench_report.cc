@@ -240,7 +240,9 @@ void PrintTables(const Flags& flags, int ranks,
                   "ratio");
     }
     // Note [Roofline]: kolo's, after the baselines' columns.
-    if (flags.roofline) std::printf(" %12s %6s", "mem(B)", "roof%");
+    if (flags.roofline) {
+      std::printf(" %12s %10s %6s", "mem(B)", "copy(GB/s)", "roof%");
+    }
     std::printf("\n");
     for (int64_t bytes : flags.sizes) {
       const Measurement* kolo = Find(results, "kolo", op, bytes);
@@ -266,10 +268,10 @@ void PrintTables(const Flags& flags, int ranks,
       }
       if (flags.roofline) {
         const int64_t memory = MemoryBytes(c, moved, ranks);
-        std::printf(" %12lld %6.1f", static_cast<long long>(memory),
-                    flags.copy_gbps > 0
-                        ? 100.0 * memory / t / 1e3 / flags.copy_gbps
-                        : 0.0);
+        auto copy = flags.copy_gbps.find(bytes);
+        const double gbps = copy == flags.copy_gbps.end() ? 0 : copy->second;
+        std::printf(" %12lld %10.2f %6.1f", static_cast<long long>(memory),
+                    gbps, gbps > 0 ? 100.0 * memory / t / 1e3 / gbps : 0.0);
       }
       std::printf("\n");
     }

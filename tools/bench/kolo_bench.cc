@@ -317,15 +317,11 @@ int Main(int argc, char** argv) {
       absl::Status s = w.ok() ? w->Wait() : w.status();
       if (!s.ok()) Die(std::string(s.message()));
     };
-    barrier();
-    flags.copy_gbps = MeasureCopyBandwidth();
-    barrier();
-    if (rank == 0) {
-      std::printf(
-          "# copy bandwidth, %d rank(s) copying at once: %.2f GB/s per rank "
-          "(read + write)\n",
-          n, flags.copy_gbps);
+    for (int64_t bytes : flags.sizes) {
+      barrier();
+      flags.copy_gbps[bytes] = MeasureCopyBandwidth(bytes);
     }
+    barrier();
   }
   Bench bench(rt->get(), flags, gloo_ctx);
   if (flags.mode == Mode::kFusion) {
