@@ -52,6 +52,9 @@ constexpr absl::Duration kLivenessPoll = absl::Milliseconds(20);
 // before it sleeps (Note [Spin then block]): a peer's answer usually comes
 // sooner than a kernel wake-up would.
 constexpr absl::Duration kSpin = absl::Microseconds(50);
+// How long Close() waits for the progress thread to let go of the
+// operations it fails.
+constexpr absl::Duration kCloseBound = absl::Seconds(5);
 
 struct Descriptor {
   int64_t tag;
@@ -133,11 +136,12 @@ std::string Text(const std::vector<uint8_t>& v) {
 class ShmWork : public c10d::Work {
  public:
   ShmWork(int rank, c10d::OpType type, std::string what, at::Tensor target,
-          std::weak_ptr<ShmPointToPoint> owner,
+          at::Tensor staged, std::weak_ptr<ShmPointToPoint> owner,
           std::chrono::milliseconds timeout)
       : c10d::Work(rank, type),
         what_(std::move(what)),
         target_(std::move(target)),
+        staged_(std::move(staged)),
         owner_(std::move(owner)),
         timeout_(timeout) {}
 
@@ -166,6 +170,14 @@ class ShmWork : public c10d::Work {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     if (exception_) std::rethrow_exception(exception_);
+    // A recv into a non-contiguous tensor went into a contiguous stand-in:
+    // copied here, on the caller's thread, under its modes (inference,
+    // autograd), as the gloo path does.
+    if (!copied_ && staged_.defined() &&
+        target_.data_ptr() != staged_.data_ptr()) {
+      target_.copy_(staged_);
+      copied_ = true;
+    }
     return true;
   }
 
@@ -193,11 +205,13 @@ class ShmWork : public c10d::Work {
  private:
   const std::string what_;
   const at::Tensor target_;
+  const at::Tensor staged_;  // target_, or its contiguous stand-in (recv)
   const std::weak_ptr<ShmPointToPoint> owner_;
   const std::chrono::milliseconds timeout_;
   // Under c10d::Work's mutex_ (LibTorch's std::mutex, Note [Annotated
   // locks]).
   int source_ = -1;
+  bool copied_ = false;
 };
 
 // One send or recv (or a drained message: `discard`).
@@ -282,12 +296,16 @@ class ShmPointToPoint::Impl {
     }
   }
 
+  // Returns once the progress thread has failed every pending operation
+  // (so it touches no caller's tensor any more), or after kCloseBound.
   void Close(const std::string& error) {
-    {
-      MutexLock lock(&mu_);
-      if (closed_.empty()) closed_ = error;
-    }
+    MutexLock lock(&mu_);
+    if (closed_.empty()) closed_ = error;
     bell_.Notify();
+    const absl::Time deadline = absl::Now() + kCloseBound;
+    while (!closed_done_) {
+      if (!closed_cv_.WaitUntil(&mu_, deadline)) break;
+    }
   }
 
  private:
@@ -329,19 +347,15 @@ class ShmPointToPoint::Impl {
   // its Python object). The progress thread must never wait for the GIL: a
   // thread that holds it may be waiting for the progress thread (the
   // group's destructor joins it). So every Op that ends (Finish) is kept in
-  // retired_ and handed to dead_, which a caller's thread empties: the next
-  // Post(), a Work's wait(), or the destructor after the join.
+  // retired_ and handed to dead_ before the thread sleeps, and a caller's
+  // thread empties dead_: the next Post(), a Work's wait(), or the
+  // destructor after the join. The tensors of the last operations to end
+  // may so live until the group's next operation. For the same reason (and
+  // for the caller's modes: inference, autograd) a recv into a
+  // non-contiguous tensor is copied into it by Work::wait(), not here.
   void Finish(const OpPtr& op, std::exception_ptr error) {
     retired_.push_back(op);
-    if (!op->work) return;
-    if (!error && op->recv && op->target.data_ptr() != op->staged.data_ptr()) {
-      try {
-        op->target.copy_(op->staged);
-      } catch (const std::exception& e) {
-        error = std::make_exception_ptr(std::runtime_error(e.what()));
-      }
-    }
-    op->work->Complete(op->source, error);
+    if (op->work) op->work->Complete(op->source, error);
   }
 
   void Fail(const OpPtr& op, const std::string& why) {
@@ -402,6 +416,7 @@ class ShmPointToPoint::Impl {
       if (!closed_here_) moved |= CheckPeers(&next_check);
       if (moved || !fresh.empty()) continue;
       const bool pending = Pending();
+      HandOver();
       bell_.Wait(epoch, pending ? next_check : absl::InfiniteFuture(),
                  pending ? kSpin : absl::ZeroDuration());
     }
@@ -442,6 +457,7 @@ class ShmPointToPoint::Impl {
       Peer& peer = peers_[p];
       moved |= PostSends(peer);
       moved |= ReadClears(p, peer);
+      if (!peer.lost.empty()) continue;  // it broke the protocol
       moved |= StreamOut(peer);
       moved |= ReadDescriptors(peer);
     }
@@ -551,6 +567,7 @@ class ShmPointToPoint::Impl {
       for (int p = 0; p < size_; ++p) {
         if (p == rank_ || (op->peer >= 0 && p != op->peer)) continue;
         Peer& peer = peers_[p];
+        if (!peer.lost.empty()) continue;
         for (auto in = peer.unmatched.begin(); in != peer.unmatched.end();
              ++in) {
           if (in->tag != op->tag) continue;
@@ -654,7 +671,8 @@ class ShmPointToPoint::Impl {
       *next_check = absl::InfinitePast();  // check at once when work comes
     }
     if (gone.empty()) return false;
-    while (Step()) {
+    // Bounded: traffic with the other peers must not hold this up.
+    for (int i = 0; i < 64 && Step(); ++i) {
     }
     for (const auto& [p, why] : gone) Lose(p, why);
     return true;
@@ -683,6 +701,14 @@ class ShmPointToPoint::Impl {
   // Fails everything with `why` and tells the peers.
   void CloseHere(const std::string& why) {
     closed_here_ = true;
+    struct Done {  // Close() waits for this
+      Impl* impl;
+      ~Done() {
+        MutexLock lock(&impl->mu_);
+        impl->closed_done_ = true;
+        impl->closed_cv_.NotifyAll();
+      }
+    } done{this};
     for (const OpPtr& op : recvs_) Fail(op, why);
     recvs_.clear();
     for (int p = 0; p < size_; ++p) {
@@ -705,8 +731,10 @@ class ShmPointToPoint::Impl {
   Wakeup bell_;  // this rank's doorbell
 
   Mutex mu_;
-  std::deque<OpPtr> fresh_ KOLO_GUARDED_BY(mu_);  // posted, not yet taken
-  std::string closed_ KOLO_GUARDED_BY(mu_);       // Close()'s error
+  std::deque<OpPtr> fresh_ KOLO_GUARDED_BY(mu_);   // posted, not yet taken
+  std::string closed_ KOLO_GUARDED_BY(mu_);        // Close()'s error
+  bool closed_done_ KOLO_GUARDED_BY(mu_) = false;  // CloseHere() ran
+  CondVar closed_cv_;
   // Ended Ops for a caller's thread to let go of.
   std::vector<OpPtr> dead_ KOLO_GUARDED_BY(mu_);
   bool stopping_ KOLO_GUARDED_BY(mu_) = false;
@@ -745,7 +773,8 @@ c10::intrusive_ptr<c10d::Work> ShmPointToPoint::Post(
                             : peer < 0 ? c10d::OpType::RECVANYSOURCE
                                        : c10d::OpType::RECV;
   op->work = c10::make_intrusive<ShmWork>(impl_->rank(), type, std::move(what),
-                                          target, weak_from_this(), timeout);
+                                          target, recv ? staged : at::Tensor(),
+                                          weak_from_this(), timeout);
   op->target = std::move(target);
   op->staged = std::move(staged);
   c10::intrusive_ptr<c10d::Work> work = op->work;
@@ -757,7 +786,13 @@ std::shared_ptr<ShmPointToPoint> ShmPointToPoint::Connect(
     const std::string& group, int rank, int size,
     const c10::intrusive_ptr<c10d::Store>& store,
     std::chrono::milliseconds timeout, std::string* why_not) {
-  const std::string prefix = "kolo-point-to-point-shm/";
+  // Keys of this connection only: a store can serve a group of the same
+  // name again (destroy_process_group, then init_process_group), and old
+  // keys must not answer for the new ranks. Every rank adds 1 once per
+  // connection, so each computes the same generation.
+  const int64_t added = store->add("kolo-point-to-point-shm/connections", 1);
+  const std::string prefix =
+      absl::StrCat("kolo-point-to-point-shm/", (added - 1) / size, "/");
   const auto key = [&](const std::string& what, int r) {
     return absl::StrCat(prefix, what, "/", r);
   };
@@ -799,11 +834,23 @@ std::shared_ptr<ShmPointToPoint> ShmPointToPoint::Connect(
   //    every peer, and says whether it could.
   std::unique_ptr<os::SharedSegment> segment;
   const size_t bytes = SegmentBytes(size);
+  // Rank 0 removes the name on every way out of here, a store error
+  // included (Note [Segment lifetime]); the mappings stay.
+  std::string created_name;
+  struct Unlinker {
+    std::string* name;
+    ~Unlinker() {
+      if (!name->empty()) (void)os::SharedSegment::Unlink(*name);
+    }
+  } unlinker{&created_name};
   if (rank == 0) {
     const std::string name = os::SharedSegment::RandomName("kolo-p2p");
     absl::StatusOr<std::unique_ptr<os::SharedSegment>> created =
         os::SharedSegment::Create(name, bytes);
-    if (created.ok()) segment = std::move(*created);
+    if (created.ok()) {
+      segment = std::move(*created);
+      created_name = name;
+    }
     store->set(
         prefix + "name",
         Bytes(created.ok() ? name
@@ -837,8 +884,7 @@ std::shared_ptr<ShmPointToPoint> ShmPointToPoint::Connect(
     pidfds[r] = os::UniqueFd(fd);
   }
   store->set(key("mapped", rank), Bytes(problem));
-  const std::vector<std::string> mapped = all("mapped");
-  if (rank == 0) (void)os::SharedSegment::Unlink(name);  // all have mapped
+  const std::vector<std::string> mapped = all("mapped");  // then unlinked
   for (int r = 0; r < size; ++r) {
     if (!mapped[r].empty()) {
       *why_not = absl::StrCat("rank ", r, " could not join: ", mapped[r]);

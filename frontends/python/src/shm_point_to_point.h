@@ -36,12 +36,18 @@
 //     left);
 //   * a Work's wait is bounded by the group's timeout; a timeout closes the
 //     group's point-to-point on this rank (every pending and later operation
-//     fails), as gloo's context does, and sets this rank's closed word, so
-//     peers fail their operations with it at once instead of waiting;
+//     fails, and the wait returns once the thread let go of them: it writes
+//     into no tensor after that), as gloo's context does, and sets this
+//     rank's closed word, so peers fail their operations with it at once
+//     instead of waiting;
 //   * idle: with nothing pending the thread sleeps on its futex without a
 //     deadline (Wakeup's own kMaxSleep re-check aside).
 // The progress thread never takes the GIL: the tensors of ended operations
 // are let go of on callers' threads.
+//
+// Connect's store keys carry a generation that every rank computes alike
+// (a counter each rank adds 1 to), so keys of an earlier group that a store
+// served under the same prefix never answer for this one.
 //
 // A group uses this path when every rank reports the same host as kolo's
 // placement sees hosts (host name, boot, network and IPC namespaces) and

@@ -169,3 +169,17 @@ def test_a_recv_of_the_wrong_size_fails_naming_both_sizes(rank, size):
         dist.recv(got, 0, tag=21)  # the pair goes on
         assert torch.equal(got, torch.full((2,), 7.0))
     dist.barrier()
+
+
+def test_recv_into_a_non_contiguous_tensor_under_inference_mode(rank, size):
+    # The copy into the caller's view runs on the caller's thread, under its
+    # inference mode (an inference tensor cannot be written outside it).
+    sent = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    if rank == 0:
+        dist.send(sent.t().contiguous(), 1, tag=30)
+    elif rank == 1:
+        with torch.inference_mode():
+            got = torch.empty(2, 3).t()  # an inference tensor, non-contiguous
+            dist.recv(got, 0, tag=30)
+            assert torch.equal(got, sent.t())
+    dist.barrier()
