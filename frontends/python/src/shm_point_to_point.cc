@@ -1,20 +1,16 @@
-// ShmPointToPoint: see shm_point_to_point.h (Note [Point-to-point over
-// shared memory]).
+// ShmPointToPoint's engine: the segment's layout, the Works, the progress
+// thread (Note [Point-to-point over shared memory] in shm_point_to_point.h).
+// How a group decides on it and maps its segment: shm_connect.cc.
 #include "frontends/python/src/shm_point_to_point.h"
 
 #include <c10/util/Exception.h>
 #include <poll.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <thread>
@@ -22,21 +18,14 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "frontends/python/src/work.h"
-#include "runtime/os/errno_text.h"
 #include "runtime/os/shared_segment.h"
 #include "runtime/os/unique_fd.h"
 #include "runtime/sync/mutex.h"
 #include "runtime/sync/wakeup.h"
-
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434  // the same number on every architecture
-#endif
 
 namespace kolo {
 namespace torch {
@@ -97,38 +86,8 @@ size_t HeaderBytes(int size) {
   return RoundUp(sizeof(RankWords) * size + sizeof(Channel) * channels, 4096);
 }
 
-size_t SegmentBytes(int size) {
-  return HeaderBytes(size) +
-         RingBytes(size) * static_cast<size_t>(size) * (size - 1);
-}
-
 size_t ChannelIndex(int size, int from, int to) {
   return static_cast<size_t>(from) * (size - 1) + (to < from ? to : to - 1);
-}
-
-// The host as kolo's placement tells hosts apart (_host_identity in
-// kolo/torch/distributed.py: host name, boot, network and IPC namespaces),
-// and the pid namespace, which pidfds need.
-std::string HostKey() {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  std::string key = absl::StrCat(name, ":", boot);
-  for (const char* ns : {"net", "ipc", "pid"}) {
-    struct stat st {};
-    if (stat(absl::StrCat("/proc/self/ns/", ns).c_str(), &st) != 0) return "";
-    absl::StrAppend(&key, ":", ns, "=", st.st_ino);
-  }
-  return key;
-}
-
-std::vector<uint8_t> Bytes(const std::string& s) {
-  return std::vector<uint8_t>(s.begin(), s.end());
-}
-
-std::string Text(const std::vector<uint8_t>& v) {
-  return std::string(v.begin(), v.end());
 }
 
 // ---- Works ----------------------------------------------------------------
@@ -173,7 +132,7 @@ class ShmWork : public c10d::Work {
     // A recv into a non-contiguous tensor went into a contiguous stand-in:
     // copied here, on the caller's thread, under its modes (inference,
     // autograd), as the gloo path does.
-    if (!copied_ && staged_.defined() &&
+    if (!copied_ && retrieveOpType() != c10d::OpType::SEND &&
         target_.data_ptr() != staged_.data_ptr()) {
       target_.copy_(staged_);
       copied_ = true;
@@ -205,7 +164,7 @@ class ShmWork : public c10d::Work {
  private:
   const std::string what_;
   const at::Tensor target_;
-  const at::Tensor staged_;  // target_, or its contiguous stand-in (recv)
+  const at::Tensor staged_;  // target_, or its contiguous stand-in
   const std::weak_ptr<ShmPointToPoint> owner_;
   const std::chrono::milliseconds timeout_;
   // Under c10d::Work's mutex_ (LibTorch's std::mutex, Note [Annotated
@@ -219,13 +178,13 @@ struct Op {
   bool recv = false;
   int peer = -1;  // -1: a recv from any source
   int64_t tag = 0;
-  at::Tensor target, staged;
-  uint8_t* data = nullptr;
+  uint8_t* data = nullptr;  // in work's staged tensor
   uint64_t bytes = 0;
   uint64_t done = 0;
   bool discard = false;
   int source = -1;
-  c10::intrusive_ptr<ShmWork> work;  // null for a drained message
+  c10::intrusive_ptr<ShmWork> work;  // null for a drained message; holds
+                                     // the tensors
 };
 using OpPtr = std::shared_ptr<Op>;
 
@@ -701,14 +660,6 @@ class ShmPointToPoint::Impl {
   // Fails everything with `why` and tells the peers.
   void CloseHere(const std::string& why) {
     closed_here_ = true;
-    struct Done {  // Close() waits for this
-      Impl* impl;
-      ~Done() {
-        MutexLock lock(&impl->mu_);
-        impl->closed_done_ = true;
-        impl->closed_cv_.NotifyAll();
-      }
-    } done{this};
     for (const OpPtr& op : recvs_) Fail(op, why);
     recvs_.clear();
     for (int p = 0; p < size_; ++p) {
@@ -721,6 +672,9 @@ class ShmPointToPoint::Impl {
     for (int p = 0; p < size_; ++p) {
       if (p != rank_) peers_[p].bell->Notify();
     }
+    MutexLock lock(&mu_);  // Close() waits for this
+    closed_done_ = true;
+    closed_cv_.NotifyAll();
   }
 
   const std::string group_;
@@ -773,124 +727,22 @@ c10::intrusive_ptr<c10d::Work> ShmPointToPoint::Post(
                             : peer < 0 ? c10d::OpType::RECVANYSOURCE
                                        : c10d::OpType::RECV;
   op->work = c10::make_intrusive<ShmWork>(impl_->rank(), type, std::move(what),
-                                          target, recv ? staged : at::Tensor(),
+                                          std::move(target), std::move(staged),
                                           weak_from_this(), timeout);
-  op->target = std::move(target);
-  op->staged = std::move(staged);
   c10::intrusive_ptr<c10d::Work> work = op->work;
   impl_->Post(std::move(op));
   return work;
 }
 
-std::shared_ptr<ShmPointToPoint> ShmPointToPoint::Connect(
+size_t ShmPointToPoint::SegmentBytes(int size) {
+  return HeaderBytes(size) +
+         RingBytes(size) * static_cast<size_t>(size) * (size - 1);
+}
+
+std::shared_ptr<ShmPointToPoint> ShmPointToPoint::Start(
     const std::string& group, int rank, int size,
-    const c10::intrusive_ptr<c10d::Store>& store,
-    std::chrono::milliseconds timeout, std::string* why_not) {
-  // Keys of this connection only: a store can serve a group of the same
-  // name again (destroy_process_group, then init_process_group), and old
-  // keys must not answer for the new ranks. Every rank adds 1 once per
-  // connection, so each computes the same generation.
-  const int64_t added = store->add("kolo-point-to-point-shm/connections", 1);
-  const std::string prefix =
-      absl::StrCat("kolo-point-to-point-shm/", (added - 1) / size, "/");
-  const auto key = [&](const std::string& what, int r) {
-    return absl::StrCat(prefix, what, "/", r);
-  };
-  const auto all = [&](const std::string& what) {
-    std::vector<std::string> keys;
-    for (int r = 0; r < size; ++r) keys.push_back(key(what, r));
-    store->wait(keys, timeout);
-    std::vector<std::string> values;
-    for (const std::string& k : keys) values.push_back(Text(store->get(k)));
-    return values;
-  };
-
-  // 1. One host (and pid namespace)?
-  store->set(key("host", rank), Bytes(absl::StrCat(HostKey(), "|", getpid())));
-  std::vector<pid_t> pids(size);
-  std::string first_host;
-  bool one_host = true;
-  const std::vector<std::string> hosts = all("host");
-  for (int r = 0; r < size; ++r) {
-    std::vector<std::string> parts = absl::StrSplit(hosts[r], '|');
-    int pid = 0;
-    if (parts.size() != 2 || parts[0].empty() ||
-        !absl::SimpleAtoi(parts[1], &pid)) {
-      one_host = false;
-      continue;
-    }
-    pids[r] = pid;
-    if (r == 0) first_host = parts[0];
-    if (parts[0] != first_host) one_host = false;
-  }
-  if (!one_host) {
-    *why_not =
-        "its ranks are on more than one host (or network, IPC or pid "
-        "namespace)";
-    return nullptr;
-  }
-
-  // 2. Rank 0 creates the segment; everyone maps it and opens a pidfd of
-  //    every peer, and says whether it could.
-  std::unique_ptr<os::SharedSegment> segment;
-  const size_t bytes = SegmentBytes(size);
-  // Rank 0 removes the name on every way out of here, a store error
-  // included (Note [Segment lifetime]); the mappings stay.
-  std::string created_name;
-  struct Unlinker {
-    std::string* name;
-    ~Unlinker() {
-      if (!name->empty()) (void)os::SharedSegment::Unlink(*name);
-    }
-  } unlinker{&created_name};
-  if (rank == 0) {
-    const std::string name = os::SharedSegment::RandomName("kolo-p2p");
-    absl::StatusOr<std::unique_ptr<os::SharedSegment>> created =
-        os::SharedSegment::Create(name, bytes);
-    if (created.ok()) {
-      segment = std::move(*created);
-      created_name = name;
-    }
-    store->set(
-        prefix + "name",
-        Bytes(created.ok() ? name
-                           : absl::StrCat("!", created.status().ToString())));
-  }
-  store->wait({prefix + "name"}, timeout);
-  const std::string name = Text(store->get(prefix + "name"));
-  if (!name.empty() && name[0] == '!') {
-    *why_not =
-        absl::StrCat("rank 0 could not create its segment: ", name.substr(1));
-    return nullptr;
-  }
-  std::string problem;
-  if (rank != 0) {
-    absl::StatusOr<std::unique_ptr<os::SharedSegment>> opened =
-        os::SharedSegment::Open(name, bytes);
-    if (opened.ok()) {
-      segment = std::move(*opened);
-    } else {
-      problem = opened.status().ToString();
-    }
-  }
-  std::vector<os::UniqueFd> pidfds(size);
-  for (int r = 0; r < size && problem.empty(); ++r) {
-    if (r == rank) continue;
-    const int fd = static_cast<int>(syscall(SYS_pidfd_open, pids[r], 0));
-    if (fd < 0) {
-      problem = absl::StrCat("pidfd_open(rank ", r, "'s pid ", pids[r],
-                             "): ", os::ErrnoText(errno));
-    }
-    pidfds[r] = os::UniqueFd(fd);
-  }
-  store->set(key("mapped", rank), Bytes(problem));
-  const std::vector<std::string> mapped = all("mapped");  // then unlinked
-  for (int r = 0; r < size; ++r) {
-    if (!mapped[r].empty()) {
-      *why_not = absl::StrCat("rank ", r, " could not join: ", mapped[r]);
-      return nullptr;
-    }
-  }
+    std::unique_ptr<os::SharedSegment> segment,
+    std::vector<os::UniqueFd> pidfds) {
   segment->Populate();
   return std::shared_ptr<ShmPointToPoint>(
       new ShmPointToPoint(std::make_unique<Impl>(

@@ -1,5 +1,7 @@
 // ShmPointToPoint: point-to-point of a process group whose ranks all run on
 // one host, through a shared-memory segment of the group's own.
+// Connect (the group's decision and its segment) is in shm_connect.cc; the
+// engine (layout, Works, progress thread) in shm_point_to_point.cc.
 //
 // Note [Point-to-point over shared memory]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -68,6 +70,10 @@
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "runtime/os/shared_segment.h"
+#include "runtime/os/unique_fd.h"
 
 namespace kolo {
 namespace torch {
@@ -105,6 +111,14 @@ class ShmPointToPoint : public std::enable_shared_from_this<ShmPointToPoint> {
   class Impl;
 
  private:
+  // The bytes of the segment of a group of `size` ranks, and the transport
+  // over a mapped one (with a pidfd of every peer): Connect's last step.
+  static size_t SegmentBytes(int size);
+  static std::shared_ptr<ShmPointToPoint> Start(
+      const std::string& group, int rank, int size,
+      std::unique_ptr<os::SharedSegment> segment,
+      std::vector<os::UniqueFd> pidfds);
+
   explicit ShmPointToPoint(std::unique_ptr<Impl> impl);
   const std::unique_ptr<Impl> impl_;
 };
